@@ -1,0 +1,130 @@
+"""The ``orchestrator`` command line.
+
+Only click is imported at start-up; each command imports what it needs, so
+``--help``, ``--version`` and ``clusters`` stay fast on a login node and never
+touch torch, lightning or DVC's heavier parts.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator import __version__
+from orchestrator.errors import OrchestratorError
+
+
+class _Group(click.Group):
+    """Turns user errors into one message and a non-zero exit, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except OrchestratorError as exc:
+            click.secho(f"error: {exc.render()}", err=True, fg="red")
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="orchestrator")
+def main() -> None:
+    """Run DVC experiment matrices on Slurm clusters, in containers.
+
+    Each DVC stage item that calls `orchestrator run` becomes one job, planned
+    from a cluster profile (partitions, topology, container, environment).
+    """
+
+
+project_option = click.option(
+    "--project",
+    "project",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The DVC project (folder with dvc.yaml).",
+)
+
+
+# --- clusters --------------------------------------------------------------------
+
+
+@main.group(invoke_without_command=True)
+@click.pass_context
+def clusters(ctx: click.Context) -> None:
+    """List the built-in cluster profiles (or `show` one)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from orchestrator import profile
+
+    rows = []
+    for name in profile.builtin_names():
+        p = profile.load(name).profile
+        gpus = f"{p.node.gpus} x {p.node.gpu.model}" if p.node.gpus and p.node.gpu else str(p.node.gpus)
+        rows.append((name, p.scheduler.kind, gpus, p.description))
+    _table(("name", "scheduler", "GPUs per node", "description"), rows)
+    click.echo("\nDetails: orchestrator clusters show NAME; a copy to edit: orchestrator clusters show NAME --format yaml")
+
+
+@clusters.command("show")
+@click.argument("name")
+@click.option("--format", "fmt", type=click.Choice(["text", "yaml"]), default="text", show_default=True)
+def clusters_show(name: str, fmt: str) -> None:
+    """Show a profile's topology and derived CPU binding (NAME or a profile file)."""
+    from orchestrator import profile, topology_view
+
+    loaded = profile.load(name)
+    if fmt == "yaml":
+        click.echo(loaded.text, nl=False)
+        return
+    click.echo(topology_view.describe(loaded))
+
+
+# --- render ----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("targets", nargs=-1)
+@click.option("--cluster", "-c", default=None, help="Built-in profile name or profile file (default: params.yaml's orchestrator.cluster, else local).")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Output folder [default: .orchestrator/scripts/CLUSTER].")
+@click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
+@click.option("--check", "do_check", is_flag=True, help="Check every plan and script (bash -n, shellcheck); exit non-zero on any problem.")
+@click.option("--no-shellcheck", is_flag=True, help="With --check: skip shellcheck.")
+@project_option
+def render(targets: tuple[str, ...], cluster: str | None, out: Path | None, form: str | None, do_check: bool, no_shellcheck: bool, project: Path) -> None:
+    """Write the job script of every matrix item that calls `orchestrator run`.
+
+    TARGETS are stage names, item names (stage@...) or globs; default: all.
+    Nothing is written unless every item could be planned (and, with --check,
+    every script passed its checks).
+    """
+    from orchestrator import matrix
+    from orchestrator.runner import SubprocessRunner
+
+    rendered = matrix.render_matrix(project, cluster, targets, form)  # type: ignore[arg-type]
+    if do_check:
+        matrix.check_or_raise(rendered, SubprocessRunner(), shellcheck=not no_shellcheck)
+    out_dir = out or project / matrix.DEFAULT_OUT / _dir_name(rendered.profile.name)
+    matrix.write(rendered, out_dir, replace_all=not targets)
+    rows = [(p.item, f"{p.nodes}x{p.tasks_per_node}", p.partition or "-", p.time or "-") for p in rendered.plans]
+    _table(("item", "nodes x tasks", "partition", "time"), rows)
+    checked = " and checked" if do_check else ""
+    click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
+
+
+def _dir_name(profile_name: str) -> str:
+    from orchestrator.plan import safe_name
+
+    return safe_name(profile_name)
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*header, box=None, pad_edge=False, header_style="bold")
+    for row in rows:
+        table.add_row(*row)
+    # Piped output (CI logs) gets whole lines, a terminal gets its own width.
+    Console(width=None if sys.stdout.isatty() else 1000).print(table)

@@ -1,0 +1,121 @@
+"""The matrix: every orchestrated item of a project, planned and rendered for one profile.
+
+This is what ``orchestrator render`` does, and what submission will do before it
+submits anything: resolve dvc.yaml (with the profile's params overlay), plan each
+item, render its script. Problems are collected across all items and reported
+together; files are written only when there are none, and all at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator import binding, check, params, pipeline, profile, render
+from orchestrator.errors import CheckError, PlanError
+from orchestrator.plan import Form, Plan, make_plan
+from orchestrator.runner import Runner
+
+DEFAULT_OUT = ".orchestrator/scripts"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The scripts of a matrix for one profile, keyed by file name."""
+
+    profile: profile.LoadedProfile
+    plans: tuple[Plan, ...]
+    scripts: dict[str, str]
+
+
+def active_cluster(cli_value: str | None, prm: params.Params) -> str:
+    """The profile to use: --cluster, else params.yaml's orchestrator.cluster, else local."""
+    return cli_value or prm.settings.cluster or params.DEFAULT_CLUSTER
+
+
+def render_matrix(root: Path, cluster: str | None, targets: Sequence[str] = (), form: Form | None = None) -> Rendered:
+    """Plan and render every orchestrated item; PlanError lists every problem found."""
+    base = params.load(root)
+    name = active_cluster(cluster, base)
+    loaded = profile.load(name)
+    prm = base.for_cluster(name)
+    items = pipeline.select(pipeline.resolve(root, base.overlay_for(name)), targets)
+    jobs, problems = pipeline.jobs(items)
+    workspace = str(root.resolve())
+    plans = tuple(make_plan(j.spec, j.item.name, j.item.wdir, loaded, prm.settings, workspace, form) for j in jobs)
+    problems += _grouped([(p.item, msg) for p in plans for msg in p.problems])
+    scripts: dict[str, str] = {}
+    for plan in plans:
+        fname = render.filename(plan)
+        if fname in scripts:
+            problems.append(f"{plan.item}: its script name {fname} collides with another item's")
+        scripts[fname] = render.render(plan)
+    if problems:
+        raise PlanError(f"cannot plan the pipeline for cluster {name!r}", problems)
+    return Rendered(loaded, plans, scripts)
+
+
+def check_rendered(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> list[str]:
+    """Problems found by bash and shellcheck (and in the profile's full-node binding)."""
+    node = rendered.profile.profile.node
+    found = []
+    if rendered.profile.profile.uses_slurm and node.gpus:
+        full = binding.problems(node.binding(node.gpus), node.gpus, node.logical_cpus, node.reserved)
+        found += [f"profile {rendered.profile.name}, full node: {p}" for p in full]
+    found += check.bash_problems(rendered.scripts, runner)
+    if shellcheck:
+        sc = check.shellcheck_problems(rendered.scripts, runner)
+        if sc is None:
+            found.append("shellcheck is not installed (apt-get install shellcheck), or pass --no-shellcheck")
+        else:
+            found += sc
+    return found
+
+
+def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> None:
+    found = check_rendered(rendered, runner, shellcheck)
+    if found:
+        raise CheckError(f"{len(rendered.scripts)} script(s) for cluster {rendered.profile.name!r} failed their checks", found)
+
+
+def write(rendered: Rendered, out: Path, replace_all: bool) -> None:
+    """Write the scripts into ``out``: all of them or none.
+
+    With ``replace_all`` (no targets given) ``out`` ends up holding exactly these
+    scripts: the new folder is filled beside the old one and swapped in.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for fname, text in rendered.scripts.items():
+            (tmp / fname).write_text(text, encoding="utf-8")
+            os.chmod(tmp / fname, 0o755)
+        if replace_all or not out.exists():
+            os.chmod(tmp, 0o755)
+            old = out.with_name(f".{out.name}.old")
+            if out.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            for fname in rendered.scripts:
+                os.replace(tmp / fname, out / fname)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _grouped(pairs: list[tuple[str, str]], shown: int = 3) -> list[str]:
+    """One line per distinct problem, naming the items it affects."""
+    by_problem: dict[str, list[str]] = {}
+    for item, msg in pairs:
+        by_problem.setdefault(msg, []).append(item)
+    lines = []
+    for msg, items in by_problem.items():
+        who = ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
+        lines.append(f"{who}: {msg}")
+    return lines

@@ -1,0 +1,133 @@
+"""The DVC pipeline: resolved by DVC itself, never re-interpreted here.
+
+``dvc.yaml`` is resolved with DVC's own ``DataResolver`` (the code behind
+``dvc stage list`` and ``dvc repro``): ``vars``, params files, ``foreach`` and
+``matrix`` all follow DVC's rules. The only thing added is an optional params
+overlay (``clusters.NAME`` in params.yaml, see :mod:`params`), merged into DVC's
+own context before the stages are resolved, as ``dvc exp run -S`` would set it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import shell, spec
+from orchestrator.errors import PipelineError
+
+PIPELINE_FILE = "dvc.yaml"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One resolved stage (a matrix item or a plain stage) of dvc.yaml."""
+
+    name: str  # as DVC addresses it: "benchmark@pydoc-gpt-key0"
+    group: str  # the stage it was generated from: "benchmark"
+    cmd: str
+    outs: tuple[str, ...]
+    wdir: str  # relative to the project root; "" for the root
+
+
+@dataclass(frozen=True)
+class Job:
+    """An item whose command runs through ``orchestrator run``."""
+
+    item: Item
+    spec: spec.JobSpec
+
+
+def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
+    """Every stage of ``root/dvc.yaml``, resolved by DVC (matrix items expanded)."""
+    if not (root / PIPELINE_FILE).is_file():
+        raise PipelineError(f"no {PIPELINE_FILE} in {root}: run this from a DVC project (or pass --project)")
+    from dvc.exceptions import DvcException
+
+    try:
+        stages = _resolve_with_dvc(root, overlay or {})
+    except DvcException as exc:
+        raise PipelineError(f"DVC cannot resolve {root / PIPELINE_FILE}", [str(exc)]) from exc
+    return [_item(name, data) for name, data in stages.items()]
+
+
+def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any]) -> dict[str, Any]:
+    from dvc.dvcfile import ProjectFile
+    from dvc.parsing import DataResolver
+    from dvc.parsing.context import Context
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        contents = ProjectFile(repo, str(root / PIPELINE_FILE)).contents
+        resolver = DataResolver(repo, str(root), contents)
+        if overlay:
+            resolver.context.merge_update(Context(overlay), overwrite=True)
+        return resolver.resolve()["stages"]
+
+
+def _item(name: str, data: Mapping[str, Any]) -> Item:
+    cmd = data.get("cmd", "")
+    if isinstance(cmd, list):
+        cmd = " && ".join(cmd)  # several commands: never a plain orchestrator call
+    return Item(
+        name=name,
+        group=name.split("@", 1)[0],
+        cmd=str(cmd),
+        outs=tuple(_paths(data.get("outs", ())) + _paths(data.get("metrics", ())) + _paths(data.get("plots", ()))),
+        wdir=str(data.get("wdir", "") or "").strip("./"),
+    )
+
+
+def _paths(entries: Sequence[Any]) -> list[str]:
+    out = []
+    for entry in entries or ():
+        out.extend(entry.keys() if isinstance(entry, Mapping) else [entry])
+    return [str(p) for p in out]
+
+
+def select(items: Sequence[Item], targets: Sequence[str]) -> list[Item]:
+    """Items named by ``targets`` (item names, stage names or glob patterns); all if none."""
+    if not targets:
+        return list(items)
+    chosen, unknown = [], []
+    for target in targets:
+        hits = [i for i in items if target in (i.name, i.group) or fnmatch.fnmatchcase(i.name, target)]
+        if not hits:
+            unknown.append(target)
+        chosen.extend(h for h in hits if h not in chosen)
+    if unknown:
+        names = sorted({i.group for i in items})
+        raise PipelineError(
+            f"no stage matches {', '.join(map(repr, unknown))}",
+            hints=[f"stages: {', '.join(names) or '(none)'}", "a target is a stage name, an item name (stage@...) or a glob such as 'benchmark@*-key3'"],
+        )
+    return chosen
+
+
+def jobs(items: Sequence[Item]) -> tuple[list[Job], list[str]]:
+    """The items that call ``orchestrator run``, and the problems of those that try to."""
+    found: list[Job] = []
+    problems: list[str] = []
+    for item in items:
+        if "orchestrator" not in item.cmd:
+            continue
+        syntax = shell.plain_argv_problems(item.cmd)
+        if syntax:
+            problems.extend(
+                f"{item.name}: {p}. DVC runs a stage's cmd through a shell, so its command must be "
+                "plain words and quotes; single-quote interpolated values in dvc.yaml" for p in syntax
+            )
+            continue
+        argv = shlex.split(item.cmd)
+        args = spec.run_args_of(argv)
+        if args is None:
+            problems.append(f"{item.name}: its cmd mentions the orchestrator but does not start with `orchestrator run`")
+            continue
+        try:
+            found.append(Job(item, spec.parse_run_args(args, item.name)))
+        except PipelineError as exc:
+            problems.append(exc.headline)
+    return found, problems

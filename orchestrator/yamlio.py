@@ -1,0 +1,121 @@
+"""YAML at the boundary: read a file into plain data, or one clear error.
+
+Typed structures are built from that data exactly once (see :mod:`profile`);
+no ``dict[str, Any]`` travels further into the core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from orchestrator.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def load_text(text: str, source: str) -> Any:
+    try:
+        # CSafeLoader where libyaml is present: several times faster on big params files.
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{source} is not valid YAML{where}: {problem}") from exc
+
+
+def load_file(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+    return load_text(text, str(path))
+
+
+def load_mapping(path: Path) -> Mapping[str, Any]:
+    data = load_file(path)
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping at the top level, found {type(data).__name__}")
+    return data
+
+
+# --- typed structuring ----------------------------------------------------------
+
+
+@functools.cache
+def _converter():
+    # cattrs is imported lazily: `orchestrator --help` does not need it.
+    import cattrs
+
+    conv = cattrs.Converter(forbid_extra_keys=True)
+
+    def strict(kind: type, accept: tuple[type, ...]):
+        def hook(value: Any, _: type) -> Any:
+            if isinstance(value, bool) and kind is not bool:
+                raise TypeError(f"expected {kind.__name__}, found a boolean")
+            if not isinstance(value, accept):
+                raise TypeError(f"expected {kind.__name__}, found {type(value).__name__} {value!r}")
+            return kind(value)
+
+        return hook
+
+    conv.register_structure_hook(bool, strict(bool, (bool,)))
+    conv.register_structure_hook(int, strict(int, (int,)))
+    conv.register_structure_hook(float, strict(float, (int, float)))
+    # Numbers are accepted where text is expected (an account such as 465000858).
+    conv.register_structure_hook(str, strict(str, (str, int, float)))
+    return conv
+
+
+def structure(data: Any, cls: type[T], source: str) -> T:
+    """Build ``cls`` (a frozen dataclass tree) from YAML data, reporting every problem."""
+    from cattrs.errors import BaseValidationError
+
+    try:
+        return _converter().structure(data, cls)
+    except BaseValidationError as exc:
+        raise ConfigError(f"{source} is invalid", _describe(exc, cls)) from exc
+
+
+def _describe(exc: Any, cls: type) -> list[str]:
+    import cattrs
+    from cattrs.errors import ForbiddenExtraKeysError
+
+    def fmt(err: BaseException, typ: Any) -> str:
+        if isinstance(err, ForbiddenExtraKeysError):
+            valid = ", ".join(f.name for f in dataclasses.fields(err.cl))
+            unknown = ", ".join(sorted(err.extra_fields))
+            return f"unknown key(s) {unknown}; valid keys: {valid}"
+        if isinstance(err, KeyError):
+            return "required key missing"
+        if isinstance(err, TypeError) and "expected" in str(err):
+            return str(err)
+        origin = typing.get_origin(typ)
+        if typ is not None and origin in (dict, Mapping) and not isinstance(err, TypeError):
+            return f"{err}"
+        return f"invalid value ({err})"
+
+    out = []
+    for line in cattrs.transform_error(exc, format_exception=fmt):
+        msg, _, path = line.rpartition(" @ $")
+        out.append(f"{path.lstrip('.') or '(top level)'}: {msg}")
+    return out
+
+
+def unstructure(obj: Any) -> Any:
+    return _converter().unstructure(obj)
+
+
+def dump(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)
