@@ -44,10 +44,10 @@ def render_matrix(root: Path, cluster: str | None, targets: Sequence[str] = (), 
     loaded = profile.load(name)
     prm = base.for_cluster(name)
     items = pipeline.select(pipeline.resolve(root, base.overlay_for(name)), targets)
-    jobs, problems = pipeline.jobs(items)
+    jobs, item_problems = pipeline.jobs(items)
     workspace = str(root.resolve())
     plans = tuple(make_plan(j.spec, j.item.name, j.item.wdir, loaded, prm.settings, workspace, form) for j in jobs)
-    problems += _grouped([(p.item, msg) for p in plans for msg in p.problems])
+    problems = _grouped(item_problems + [(p.item, msg) for p in plans for msg in p.problems])
     scripts: dict[str, str] = {}
     for plan in plans:
         fname = render.filename(plan)

@@ -50,7 +50,7 @@ def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
     try:
         stages = _resolve_with_dvc(root, overlay or {})
     except DvcException as exc:
-        raise PipelineError(f"DVC cannot resolve {root / PIPELINE_FILE}", [str(exc)]) from exc
+        raise PipelineError(f"DVC cannot resolve {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
     return [_item(name, data) for name, data in stages.items()]
 
 
@@ -66,6 +66,14 @@ def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any]) -> dict[str, Any]:
         if overlay:
             resolver.context.merge_update(Context(overlay), overwrite=True)
         return resolver.resolve()["stages"]
+
+
+def _dvc_problems(exc: Exception) -> list[str]:
+    """DVC's own words; schema errors carry one entry per bad key in their cause."""
+    errors = getattr(exc.__cause__, "errors", None)
+    if not errors:
+        return [str(exc)]
+    return [f"{'.'.join(map(str, e.path))}: {e.msg}" for e in errors]
 
 
 def _item(name: str, data: Mapping[str, Any]) -> Item:
@@ -107,27 +115,30 @@ def select(items: Sequence[Item], targets: Sequence[str]) -> list[Item]:
     return chosen
 
 
-def jobs(items: Sequence[Item]) -> tuple[list[Job], list[str]]:
-    """The items that call ``orchestrator run``, and the problems of those that try to."""
+def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
+    """The items that call ``orchestrator run``, and (item, problem) for those that try to."""
     found: list[Job] = []
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     for item in items:
         if "orchestrator" not in item.cmd:
             continue
         syntax = shell.plain_argv_problems(item.cmd)
         if syntax:
-            problems.extend(
-                f"{item.name}: {p}. DVC runs a stage's cmd through a shell, so its command must be "
-                "plain words and quotes; single-quote interpolated values in dvc.yaml" for p in syntax
+            problems.append(
+                (
+                    item.name,
+                    f"its cmd has shell syntax ({'; '.join(syntax)}). DVC runs a stage's cmd through a shell, "
+                    "so an orchestrated command must be plain words and quotes: single-quote interpolated values in dvc.yaml",
+                )
             )
             continue
         argv = shlex.split(item.cmd)
         args = spec.run_args_of(argv)
         if args is None:
-            problems.append(f"{item.name}: its cmd mentions the orchestrator but does not start with `orchestrator run`")
+            problems.append((item.name, "its cmd mentions the orchestrator but does not start with `orchestrator run`"))
             continue
         try:
-            found.append(Job(item, spec.parse_run_args(args, item.name)))
+            found.append(Job(item, spec.parse_run_args(args, "bad `orchestrator run` arguments")))
         except PipelineError as exc:
-            problems.append(exc.headline)
+            problems.append((item.name, exc.headline))
     return found, problems

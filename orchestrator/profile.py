@@ -72,7 +72,7 @@ class Node:
     reserved_cores: str = ""  # cpulist of cores jobs may not use (low-noise mode)
     gpus: int = 0
     gpu_cores: tuple[str, ...] = ()  # per GPU: cpulist of its closest cores
-    cpu_masks: tuple[str, ...] | None = None  # explicit masks, one per GPU, instead of deriving
+    cpu_masks: tuple[yamlio.Hex, ...] | None = None  # explicit masks, one per GPU, instead of deriving
     gpu: Gpu | None = None
     memory_gb: float | None = None
 

@@ -76,11 +76,11 @@ def spec_from_options(params: dict) -> JobSpec:
 
 
 def parse_run_args(args: Sequence[str], where: str) -> JobSpec:
-    """Parse the arguments after ``orchestrator run``; PipelineError names ``where``."""
+    """Parse the arguments after ``orchestrator run``; PipelineError starts with ``where``."""
     try:
         ctx = _parser.make_context("orchestrator run", list(args))
     except click.ClickException as exc:
-        raise PipelineError(f"{where}: bad `orchestrator run` arguments: {exc.format_message()}") from exc
+        raise PipelineError(f"{where}: {exc.format_message()}") from exc
     return spec_from_options(ctx.params)
 
 

@@ -20,6 +20,12 @@ from orchestrator.errors import ConfigError
 T = TypeVar("T")
 
 
+class Hex(str):
+    """Text holding a hex number: YAML reads an unquoted 0xfe as the int 254."""
+
+    __slots__ = ()
+
+
 def load_text(text: str, source: str) -> Any:
     try:
         # CSafeLoader where libyaml is present: several times faster on big params files.
@@ -75,6 +81,7 @@ def _converter():
     conv.register_structure_hook(float, strict(float, (int, float)))
     # Numbers are accepted where text is expected (an account such as 465000858).
     conv.register_structure_hook(str, strict(str, (str, int, float)))
+    conv.register_structure_hook(Hex, lambda v, _: Hex(hex(v) if isinstance(v, int) and not isinstance(v, bool) else strict(str, (str,))(v, str)))
     return conv
 
 

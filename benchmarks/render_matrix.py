@@ -1,0 +1,167 @@
+"""Cost of ``orchestrator render`` on a large matrix, against DVC's own resolution.
+
+Builds a temporary DVC project (git init + dvc init) whose dvc.yaml has one matrix
+stage of N items (default 1,000 = 10 datasets x 20 models x 5 device_cfgs), shaped
+like this project's own dvc.yaml, with params.yaml's ``orchestrator`` section set
+to cluster lumi. Times, from a cold process each run (1 warm-up, then median of R):
+
+* ``dvc stage list``                                 - DVC's resolution: the floor
+* ``orchestrator render --check --no-shellcheck``   - plan, render, bash-check, write
+* ``orchestrator render``                            - plan, render, write
+
+and checks that the render wrote N scripts.
+
+Acceptance bound: median(render --check --no-shellcheck) <= 1.5 x median(dvc stage list).
+
+Usage: python benchmarks/render_matrix.py [--items N] [--repeat R] [--profile]
+(--profile: cProfile of render_matrix + check_rendered in-process after a warm-up
+call, top 15 by cumulative and top 10 by own time). Writes benchmarks/out/render_matrix.json.
+"""
+
+from __future__ import annotations
+
+import argparse, cProfile, io, json, pstats, shutil, statistics, subprocess, sys, tempfile, time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MAX_RATIO = 1.5
+CFGS = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8)]
+RESULT = "results/${item.dataset}/${item.model}/${item.device_cfg.num_nodes}x${item.device_cfg.num_gpus}"
+DVC_YAML = f"""\
+stages:
+  bench:
+    matrix:
+      dataset: ${{bench.datasets}}
+      model: ${{bench.models}}
+      device_cfg: ${{bench.device_cfgs}}
+    cmd: >-
+      orchestrator run
+      --nodes ${{item.device_cfg.num_nodes}}
+      --gpus-per-node ${{item.device_cfg.num_gpus}}
+      --
+      python -m experiments.classify
+      --dataset ${{item.dataset}}
+      --model ${{item.model}}
+      --num-nodes ${{item.device_cfg.num_nodes}}
+      --devices ${{item.device_cfg.num_gpus}}
+      --output {RESULT}
+    deps:
+      - experiments
+    params:
+      - orchestrator.cluster
+      - bench
+    outs:
+      - {RESULT}/model
+    metrics:
+      - {RESULT}/metrics.json:
+          cache: false
+"""
+
+
+def shape(n: int) -> tuple[int, int, int]:
+    """datasets x models x device_cfgs with product n (n a multiple of 5)."""
+    if n <= 0 or n % len(CFGS):
+        sys.exit(f"--items must be a positive multiple of {len(CFGS)}")
+    rest = n // len(CFGS)
+    datasets = 10 if rest % 10 == 0 else 1
+    return datasets, rest // datasets, len(CFGS)
+
+
+def make_project(root: Path, n: int) -> None:
+    d, m, _ = shape(n)
+    cfgs = "\n".join(f"    - {{num_nodes: {a}, num_gpus: {b}}}" for a, b in CFGS)
+    (root / "params.yaml").write_text(
+        "orchestrator:\n  cluster: lumi\n  account: project_465000858\n\nbench:\n"
+        f"  datasets: [{', '.join(f'ds{i:02d}' for i in range(d))}]\n"
+        f"  models: [{', '.join(f'model{i:03d}' for i in range(m))}]\n  device_cfgs:\n{cfgs}\n")
+    (root / "dvc.yaml").write_text(DVC_YAML)
+    (root / "experiments").mkdir()
+    scm = shutil.which("git") is not None
+    if scm:
+        subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q", *([] if scm else ["--no-scm"])], cwd=root, check=True)
+
+
+def console(name: str) -> list[str]:
+    """The console script beside this interpreter (not a pyenv shim), else PATH, else -m."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file():
+        return [str(beside)]
+    return [shutil.which(name)] if shutil.which(name) else [sys.executable, "-m", name]
+
+
+def timed(argv: list[str], cwd: Path, repeat: int) -> list[float]:
+    times = []
+    for i in range(repeat + 1):  # run 0 is a warm-up
+        t0 = time.perf_counter()
+        p = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+        dt = time.perf_counter() - t0
+        if p.returncode != 0:
+            sys.exit(f"{' '.join(argv)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+        if i:
+            times.append(dt)
+    return times
+
+
+def profile_render(root: Path, top: int = 15) -> str:
+    from orchestrator import matrix
+    from orchestrator.runner import SubprocessRunner
+
+    matrix.render_matrix(root, None)  # warm-up: imports stay out of the profile
+    prof = cProfile.Profile()
+    prof.enable()
+    rendered = matrix.render_matrix(root, None)
+    problems = matrix.check_rendered(rendered, SubprocessRunner(), shellcheck=False)
+    prof.disable()
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(10)
+    return f"{len(rendered.scripts)} scripts, {len(problems)} problem(s)\n" + buf.getvalue()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=1000, help="matrix size, a multiple of 5 (default 1000)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per command (default 3)")
+    ap.add_argument("--profile", action="store_true", help="print a cProfile of the render (in-process)")
+    a = ap.parse_args()
+    orch = console("orchestrator")
+    runs = {"dvc stage list": console("dvc") + ["stage", "list"],
+            "render --check --no-shellcheck": orch + ["render", "--check", "--no-shellcheck"],
+            "render": orch + ["render"]}
+    with tempfile.TemporaryDirectory(prefix="orch-render-bench-") as td:
+        root = Path(td)
+        make_project(root, a.items)
+        times = {label: timed(argv, root, a.repeat) for label, argv in runs.items()}
+        scripts = len(list((root / ".orchestrator/scripts/lumi").glob("*")))
+        report = profile_render(root) if a.profile else None
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["render --check --no-shellcheck"] / med["dvc stage list"]
+    d, m, c = shape(a.items)
+    print(f"matrix: {a.items} items ({d} datasets x {m} models x {c} device_cfgs), cluster lumi, "
+          f"{a.repeat} timed runs after 1 warm-up, cold process each")
+    print(f"{'command':<34} {'median s':>9} {'min s':>8} {'ms/item':>8}")
+    for label, ts in times.items():
+        print(f"{label:<34} {med[label]:>9.3f} {min(ts):>8.3f} {1000 * med[label] / a.items:>8.2f}")
+    print(f"scripts written: {scripts} (expected {a.items})")
+    print(f"ratio render --check / dvc stage list (median): {ratio:.2f}  (bound <= {MAX_RATIO})")
+    if report:
+        print("\ncProfile, render_matrix + check_rendered(shellcheck=False), in-process, warm:\n" + report.rstrip())
+    failures = []
+    if scripts != a.items:
+        failures.append(f"render wrote {scripts} scripts, expected {a.items}")
+    if ratio > MAX_RATIO:
+        failures.append(f"render --check takes {ratio:.2f}x dvc stage list (bound {MAX_RATIO})")
+    (HERE / "out").mkdir(exist_ok=True)
+    (HERE / "out" / "render_matrix.json").write_text(json.dumps({
+        "items": a.items, "shape": [d, m, c], "repeat": a.repeat, "scripts_written": scripts,
+        "times_s": times, "median_s": med, "ratio": ratio, "bound": MAX_RATIO,
+        "argv": runs, "python": sys.version.split()[0], "profile": report, "failures": failures, "ok": not failures,
+    }, indent=2) + "\n")
+    print("\nPASS" if not failures else "\nFAIL:\n  " + "\n  ".join(failures))
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

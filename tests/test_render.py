@@ -1,0 +1,170 @@
+"""`orchestrator render` on real DVC projects: the shipped pipeline, bad input, determinism."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, make_project, require
+
+LUMI_MASKS = "mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,0xfe00000000,0xfe0000000000"
+
+
+def orchestrator(*args, cwd):
+    """Run the real CLI in a fresh process (as users and DVC do)."""
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def scripts(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder.exists() else {}
+
+
+def test_lumi_check_passes_on_the_shipped_pipeline(project):
+    require("shellcheck")
+    done = orchestrator("render", "--cluster", "lumi", "--check", cwd=project)
+    assert done.returncode == 0, done.stderr
+    out = project / ".orchestrator/scripts/lumi"
+    files = scripts(out)
+    assert len(files) == 10  # 1 dataset x 2 models x 5 device configs
+    two_by_eight = [f for name, f in files.items() if b"#SBATCH --nodes=2\n" in f]
+    assert len(two_by_eight) == 2
+    text = two_by_eight[0].decode()
+    for line in ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8", "#SBATCH --account=project_465000858", "#SBATCH --partition=standard-g"]:
+        assert line + "\n" in text
+    assert f"--cpu-bind={LUMI_MASKS} bash -c orch_task" in text
+    assert "--devices 8" in text and "--num-nodes 2" in text
+
+
+def test_rendering_twice_is_byte_identical(project):
+    assert orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    first = scripts(project / ".orchestrator/scripts/lumi")
+    assert orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    assert scripts(project / ".orchestrator/scripts/lumi") == first
+
+
+def test_every_builtin_cluster_renders_and_checks(project):
+    require("shellcheck")
+    for cluster in ["lumi", "frontier", "juwels-booster", "generic-nvidia", "testbed", "local"]:
+        done = orchestrator("render", "--cluster", cluster, "--check", cwd=project)
+        assert done.returncode == 0, (cluster, done.stderr)
+    done = orchestrator("render", "--cluster", "testbed", "--form", "srun", "--check", "--out", "srun", cwd=project)
+    assert done.returncode == 0, done.stderr
+
+
+def test_default_cluster_comes_from_params(project):
+    done = orchestrator("render", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert len(scripts(project / ".orchestrator/scripts/local")) == 2  # the small local default
+
+
+def test_targets_select_items(project):
+    done = orchestrator("render", "--cluster", "lumi", "benchmark@*-device_cfg4", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert len(scripts(project / ".orchestrator/scripts/lumi")) == 2
+    done = orchestrator("render", "--cluster", "lumi", "trainn", cwd=project)
+    assert done.returncode == 2 and "no stage matches 'trainn'" in done.stderr and "stages: benchmark" in done.stderr
+
+
+def test_overlapping_masks_fail_check_naming_the_tasks(project):
+    text = (ROOT / "orchestrator/profiles/lumi.yaml").read_text()
+    typo = text.replace(
+        'gpu_cores: ["48-55", "56-63", "16-23", "24-31", "0-7", "8-15", "32-39", "40-47"]',
+        "cpu_masks: [0xfe000000000000, 0xfe000000000000, 0xfe0000, 0xfe000000, 0xfe, 0xfe00, 0xfe00000000, 0xfe0000000000]",
+    )
+    assert typo != text
+    (project / "lumi-seed.yaml").write_text(typo)
+    done = orchestrator("render", "--cluster", "lumi-seed.yaml", "--check", cwd=project)
+    assert done.returncode != 0
+    assert "tasks 0 and 1 share cores 49-55" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (project / ".orchestrator/scripts").exists()
+
+
+def assert_clean_failure(done, *expected, project):
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout
+    assert done.stderr.startswith("error: ")
+    for text in expected:
+        assert text in done.stderr, done.stderr
+    assert not (project / ".orchestrator/scripts").exists(), "nothing may be written on failure"
+
+
+def test_bad_input_gets_one_clear_message(tmp_path):
+    good_params = (ROOT / "params.yaml").read_text()
+    cases = {
+        "malformed params": (dict(params_yaml="orchestrator: [cluster: lumi\n"), ["lumi"], ["params.yaml"]),
+        "malformed dvc.yaml": (dict(dvc_yaml="stages:\n  a: {cmd: [\n"), ["lumi"], ["dvc.yaml"]),
+        "unknown cluster": ({}, ["lumi-c"], ["unknown cluster 'lumi-c'", "lumi", "juwels-booster", "local"]),
+        "unknown orchestrator key": (
+            dict(params_yaml=good_params.replace("  account: project_465000858", "  acount: project_465000858")),
+            ["lumi"],
+            ["unknown key(s) acount", "valid keys: cluster, account, partition, time"],
+        ),
+        "too many GPUs": (
+            dict(params_yaml=good_params.replace("{num_nodes: 2, num_gpus: 2}", "{num_nodes: 2, num_gpus: 16}")),
+            ["testbed"],
+            ["asks for 16 GPUs per node, but testbed nodes have 4"],
+        ),
+        "bad account": (
+            dict(params_yaml=good_params.replace("account: project_465000858   #", "account: project_42   #")),
+            ["lumi"],
+            ["account 'project_42' does not match lumi's pattern", "project_465000858"],
+        ),
+        "shell syntax in a stage command": (
+            dict(dvc_yaml=(ROOT / "dvc.yaml").read_text().replace("--seed ${benchmark.seed}", "--seed $(date)")),
+            ["lumi"],
+            ["command substitution", "single-quote interpolated values"],
+        ),
+    }
+    for i, (name, (files, cluster, expected)) in enumerate(cases.items()):
+        project = make_project(tmp_path / f"case{i}", **files)
+        done = orchestrator("render", "--check", "--no-shellcheck", "--cluster", *cluster, cwd=project)
+        assert_clean_failure(done, *expected, project=project)
+
+
+def test_all_problems_are_listed_at_once(project):
+    params = (project / "params.yaml").read_text()
+    (project / "params.yaml").write_text(params.replace("account: project_465000858   #", "account: nope   #").replace('time: "02:00:00"', 'time: "9-00:00:00"', 1))
+    done = orchestrator("render", "--cluster", "lumi", cwd=project)
+    assert "account 'nope' does not match" in done.stderr
+    assert "exceeds partition standard-g's limit" in done.stderr
+    # one line per distinct problem, naming the items it affects
+    assert done.stderr.count("does not match") == 1 and "(+7 more)" in done.stderr
+
+
+def test_no_dvc_project(tmp_path):
+    done = orchestrator("render", cwd=tmp_path)
+    assert done.returncode == 2 and "no dvc.yaml in" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_check_fails_without_shellcheck_unless_skipped(project, monkeypatch):
+    from orchestrator import matrix
+    from orchestrator.runner import SubprocessRunner
+
+    class NoShellcheck(SubprocessRunner):
+        def which(self, name):
+            return None
+
+    rendered = matrix.render_matrix(project, "lumi")
+    assert any("shellcheck is not installed" in p for p in matrix.check_rendered(rendered, NoShellcheck()))
+    assert matrix.check_rendered(rendered, NoShellcheck(), shellcheck=False) == []
+
+
+def test_bash_syntax_errors_are_attributed_to_their_script():
+    from orchestrator import check
+    from orchestrator.runner import SubprocessRunner
+
+    scripts = {"a.sh": "echo 'unclosed\n", "b.sh": "echo fine\n", "c.sh": "echo 'also unclosed\n"}
+    problems = check.bash_problems(scripts, SubprocessRunner())
+    # a.sh and c.sh's quotes would pair up in one file; the batch check still catches both
+    assert [p.split(":")[0] for p in problems] == ["bash -n a.sh", "bash -n c.sh"]
+    assert check.bash_problems({"ok.sh": "echo ok\n"}, SubprocessRunner()) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], ["render", "--help"], ["clusters", "show", "lumi", "--format", "yaml"]])
+def test_help_and_yaml(args, tmp_path):
+    done = orchestrator(*args, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout

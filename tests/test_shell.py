@@ -1,0 +1,71 @@
+"""Quoting: every value survives bash unchanged and nothing in it is executed."""
+
+import shlex
+import subprocess
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator import shell
+
+HOSTILE = ["a b", "it's", 'say "hi"', "x; touch CANARY", "$(touch CANARY)", "`touch CANARY`", "line1\nline2", "tab\there", "back\\slash", "", "-n", "\x01"]
+
+
+def echo_back(words):
+    """What bash hands a program for the quoted words (NUL-separated)."""
+    script = "printf '%s\\0' " + " ".join(shell.quote(w) for w in words)
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout
+    return out.decode().split("\0")[:-1]
+
+
+def test_hostile_values_round_trip(tmp_path):
+    assert echo_back(HOSTILE) == HOSTILE
+    assert not (tmp_path / "CANARY").exists()
+
+
+def test_quoted_values_never_span_lines():
+    for value in HOSTILE:
+        assert "\n" not in shell.quote(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20), min_size=1, max_size=5))
+def test_any_text_round_trips(words):
+    assert echo_back(words) == words
+
+
+def test_runtime_templates_expand_only_references():
+    quoted = shell.quote_runtime('/tmp/${USER}-"$(id)"-`id`-\\-${SLURM_NODEID}')
+    out = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True, env={"USER": "u", "SLURM_NODEID": "3"}).stdout
+    assert out == '/tmp/u-"$(id)"-`id`-\\-3'
+
+
+def test_runtime_problems():
+    assert shell.runtime_problems("/a/${B}/c") == []
+    assert shell.runtime_problems("/a/$B") and shell.runtime_problems("$(id)")
+
+
+def test_plain_argv_accepts_words_and_quotes():
+    cmd = "orchestrator run -N 2 -- python x.py --ds 'a; $(b) `c`' \"it's\" --x=1"
+    assert shell.plain_argv_problems(cmd) == []
+    assert shlex.split(cmd)[-3:] == ["a; $(b) `c`", "it's", "--x=1"]
+
+
+def test_plain_argv_rejects_what_a_shell_would_interpret():
+    cases = {
+        "a; b": "';'",
+        "a && b": "'&'",
+        "a | b": "'|'",
+        "a > f": "'>'",
+        "a $(b)": "command substitution",
+        "a `b`": "command substitution",
+        'a "$HOME"': "variable expansion",
+        "a *.py": "'*'",
+        "a ~/x": "'~'",
+        "a #c": "'#'",
+        "a\nb": "'\\n'",
+        "a 'b": "unbalanced",
+    }
+    for cmd, expected in cases.items():
+        problems = shell.plain_argv_problems(cmd)
+        assert problems and expected in " ".join(problems), (cmd, problems)
