@@ -9,7 +9,7 @@ of this project):
   installed before ``orchestrator.cli.main()`` runs (meaningful even where torch
   is not installed: importtime only lists imports that succeed);
 * the wall time of ``orchestrator --help`` against ``dvc --version``
-  (2 warm-ups, then N=10 cold processes each; median and min).
+  (2 warm-up rounds, then N=10 interleaved rounds of cold processes; median, min).
 
 Acceptance bound: none of these commands imports (or tries to import) torch,
 lightning, pytorch_lightning or lightning_fabric (numpy is reported, not judged),
@@ -93,13 +93,15 @@ def console(name: str, module: str) -> list[str]:
     return [found] if found else [sys.executable, "-m", module]
 
 
-def wall(argv: list[str], cwd: Path, n: int, warmup: int = 2) -> list[float]:
-    times = []
+def wall(runs: list[list[str]], cwd: Path, n: int, warmup: int = 2) -> list[list[float]]:
+    """Wall times per argv; rounds interleave the commands so load drifts hit all alike."""
+    times: list[list[float]] = [[] for _ in runs]
     for i in range(warmup + n):
-        t0 = time.perf_counter()
-        subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+        for argv, ts in zip(runs, times):
+            t0 = time.perf_counter()
+            subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            if i >= warmup:
+                ts.append(time.perf_counter() - t0)
     return times
 
 
@@ -131,7 +133,7 @@ def main() -> int:
             if bad or spy["attempts"]:
                 failures.append(f"{cmd} imports {sorted(set(bad + spy['attempts']))}")
         orch, dvc = console("orchestrator", "orchestrator") + ["--help"], console("dvc", "dvc") + ["--version"]
-        t_orch, t_dvc = wall(orch, tmp, n), wall(dvc, tmp, n)
+        t_orch, t_dvc = wall([orch, dvc], tmp, n)
     med_o, med_d = statistics.median(t_orch), statistics.median(t_dvc)
     ratio = med_o / med_d
     print(f"\n{'timing (N=%d, 2 warm-ups)' % n:<36} {'median s':>9} {'min s':>8}")
