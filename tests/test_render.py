@@ -125,6 +125,13 @@ def test_bad_input_gets_one_clear_message(tmp_path):
         assert_clean_failure(done, *expected, project=project)
 
 
+def test_profile_file_with_unknown_keys(project):
+    text = (ROOT / "orchestrator/profiles/lumi.yaml").read_text().replace("  cores: 64", "  cores: 64\n  numa: 8")
+    (project / "mine.yaml").write_text(text + "extra: 1\n")
+    done = orchestrator("render", "--cluster", "mine.yaml", cwd=project)
+    assert_clean_failure(done, "node: unknown key(s) numa; valid keys: cores,", "(top level): unknown key(s) extra; valid keys: name,", project=project)
+
+
 def test_all_problems_are_listed_at_once(project):
     params = (project / "params.yaml").read_text()
     (project / "params.yaml").write_text(params.replace("account: project_465000858   #", "account: nope   #").replace('time: "02:00:00"', 'time: "9-00:00:00"', 1))

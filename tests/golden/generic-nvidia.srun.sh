@@ -25,7 +25,10 @@ orch_task() {
   export ORCH_NUM_NODES=2
   export ORCH_DEVICES=4
   export ORCH_WORKDIR="${TMPDIR}"/benchmark@pydoc-base-device_cfg4
-  mkdir -p -- "$ORCH_WORKDIR"
+  # Scratch on the profile's fast storage (temporary files, caches); seed 000's
+  # data loaders timed out on slow shared storage.
+  export TMPDIR="$ORCH_WORKDIR/tmp"
+  mkdir -p -- "$TMPDIR"
   exec apptainer exec \
     --nv \
     --bind /work/project \

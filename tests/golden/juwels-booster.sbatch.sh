@@ -37,7 +37,10 @@ orch_task() {
   export ORCH_NUM_NODES=2
   export ORCH_DEVICES=4
   export ORCH_WORKDIR="/p/scratch/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
-  mkdir -p -- "$ORCH_WORKDIR"
+  # Scratch on the profile's fast storage (temporary files, caches); seed 000's
+  # data loaders timed out on slow shared storage.
+  export TMPDIR="$ORCH_WORKDIR/tmp"
+  mkdir -p -- "$TMPDIR"
   # Rank 0's address as the interconnect knows it (no Slurm tools in the container).
   MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)i"
   export MASTER_ADDR

@@ -45,7 +45,10 @@ orch_task() {
   export ORCH_WORKDIR="/flash/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
   mkdir -p -- "$MIOPEN_USER_DB_PATH"
   mkdir -p -- "$MIOPEN_CUSTOM_CACHE_DIR"
-  mkdir -p -- "$ORCH_WORKDIR"
+  # Scratch on the profile's fast storage (temporary files, caches); seed 000's
+  # data loaders timed out on slow shared storage.
+  export TMPDIR="$ORCH_WORKDIR/tmp"
+  mkdir -p -- "$TMPDIR"
   exec singularity exec \
     --rocm \
     --bind "/var/spool/slurmd" \

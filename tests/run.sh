@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what the tests need (Debian
+# and PyPI packages; idempotent and quick when present), then runs pytest.
+# Extra arguments go to pytest, e.g. `bash tests/run.sh -k render`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+
+missing=()
+command -v shellcheck >/dev/null || missing+=(shellcheck)
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "not installed: ${missing[*]}; the tests that need them will skip (fail under CI=true)" >&2
+  fi
+fi
+
+python3 -m pip install -q -e '.[test]'
+exec python3 -m pytest "$@"
