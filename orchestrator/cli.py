@@ -107,10 +107,23 @@ def render(targets: tuple[str, ...], cluster: str | None, out: Path | None, form
         matrix.check_or_raise(rendered, SubprocessRunner(), shellcheck=not no_shellcheck)
     out_dir = out or project / matrix.DEFAULT_OUT / _dir_name(rendered.profile.name)
     matrix.write(rendered, out_dir, replace_all=not targets)
-    rows = [(p.item, f"{p.nodes}x{p.tasks_per_node}", p.partition or "-", p.time or "-") for p in rendered.plans]
-    _table(("item", "nodes x tasks", "partition", "time"), rows)
+    _summary(rendered.plans)
     checked = " and checked" if do_check else ""
     click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
+
+
+def _summary(plans, limit: int = 40) -> None:
+    """A row per item for small matrices; per layout for big ones (a table of
+    thousands of rows helps no one and costs half a second)."""
+    if len(plans) <= limit:
+        rows = [(p.item, f"{p.nodes}x{p.tasks_per_node}", p.partition or "-", p.time or "-") for p in plans]
+        _table(("item", "nodes x tasks", "partition", "time"), rows)
+        return
+    counts: dict[tuple[str, str, str], int] = {}
+    for p in plans:
+        key = (f"{p.nodes}x{p.tasks_per_node}", p.partition or "-", p.time or "-")
+        counts[key] = counts.get(key, 0) + 1
+    _table(("items", "nodes x tasks", "partition", "time"), [(str(n), *key) for key, n in counts.items()])
 
 
 def _dir_name(profile_name: str) -> str:

@@ -9,8 +9,6 @@ together; files are written only when there are none, and all at once.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,30 +81,34 @@ def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True) 
 
 
 def write(rendered: Rendered, out: Path, replace_all: bool) -> None:
-    """Write the scripts into ``out``: all of them or none.
+    """Write the scripts into ``out``; with ``replace_all`` remove scripts no item has any more.
 
-    With ``replace_all`` (no targets given) ``out`` ends up holding exactly these
-    scripts: the new folder is filled beside the old one and swapped in.
+    Every file is written beside its final name and renamed into place, so no
+    script is ever half-written; unchanged scripts are not rewritten (a
+    re-render of a big matrix then costs reads, not writes).
     """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    out.mkdir(parents=True, exist_ok=True)
+    for fname, text in rendered.scripts.items():
+        path = out / fname
+        data = text.encode()
+        if _same(path, data):
+            continue
+        tmp = out / f".{fname}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    if replace_all:
+        for stale in out.iterdir():
+            if stale.name not in rendered.scripts and stale.suffix in (".sh", ".sbatch"):
+                stale.unlink()
+
+
+def _same(path: Path, data: bytes) -> bool:
     try:
-        for fname, text in rendered.scripts.items():
-            (tmp / fname).write_text(text, encoding="utf-8")
-            os.chmod(tmp / fname, 0o755)
-        if replace_all or not out.exists():
-            os.chmod(tmp, 0o755)
-            old = out.with_name(f".{out.name}.old")
-            if out.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            for fname in rendered.scripts:
-                os.replace(tmp / fname, out / fname)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    except FileNotFoundError:
+        return False
 
 
 def _grouped(pairs: list[tuple[str, str]], shown: int = 3) -> list[str]:

@@ -10,7 +10,6 @@ own context before the stages are resolved, as ``dvc exp run -S`` would set it.
 from __future__ import annotations
 
 import fnmatch
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +121,7 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
     for item in items:
         if "orchestrator" not in item.cmd:
             continue
-        syntax = shell.plain_argv_problems(item.cmd)
+        argv, syntax = shell.split_plain(item.cmd)
         if syntax:
             problems.append(
                 (
@@ -132,7 +131,6 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
                 )
             )
             continue
-        argv = shlex.split(item.cmd)
         args = spec.run_args_of(argv)
         if args is None:
             problems.append((item.name, "its cmd mentions the orchestrator but does not start with `orchestrator run`"))

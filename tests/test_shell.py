@@ -69,3 +69,26 @@ def test_plain_argv_rejects_what_a_shell_would_interpret():
     for cmd, expected in cases.items():
         problems = shell.plain_argv_problems(cmd)
         assert problems and expected in " ".join(problems), (cmd, problems)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=" \t'\"\\abc-=;$`\n*~#", max_size=30))
+def test_split_plain_agrees_with_shlex_on_plain_commands(cmd):
+    argv, problems = shell.split_plain(cmd)
+    if not problems:
+        assert argv == shlex.split(cmd)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\x00'$`\\", blacklist_categories=("Cs",)), max_size=12), min_size=1, max_size=5))
+def test_split_plain_agrees_with_the_shell(words):
+    """Single-quoted words (as dvc.yaml should quote values) come out as sh passes them."""
+    cmd = " ".join(f"'{w}'" for w in words)
+    argv, problems = shell.split_plain(cmd)
+    assert problems == [] and argv == words
+    assert echo_back_sh(cmd) == words
+
+
+def echo_back_sh(cmd):
+    out = subprocess.run(["sh", "-c", "printf '%s\\0' " + cmd], capture_output=True, check=True).stdout
+    return out.decode().split("\0")[:-1]
