@@ -175,3 +175,17 @@ def test_bash_syntax_errors_are_attributed_to_their_script():
 def test_help_and_yaml(args, tmp_path):
     done = orchestrator(*args, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout
+
+
+def test_full_render_removes_scripts_of_items_gone_and_targets_keep_them(project):
+    out = project / ".orchestrator/scripts/lumi"
+    assert orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    (out / "benchmark@removed-item.sbatch").write_text("#!/bin/bash\n")
+    (out / "notes.txt").write_text("mine")
+    assert orchestrator("render", "--cluster", "lumi", "benchmark@*cfg0", cwd=project).returncode == 0
+    assert (out / "benchmark@removed-item.sbatch").exists()
+    assert orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    assert not (out / "benchmark@removed-item.sbatch").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert len(list(out.glob("*.sbatch"))) == 10
+    assert all(oct(p.stat().st_mode & 0o777) == "0o755" for p in out.glob("*.sbatch"))
