@@ -112,10 +112,10 @@ def profile_render(root: Path, top: int = 15) -> str:
     from orchestrator import matrix
     from orchestrator.runner import SubprocessRunner
 
-    matrix.render_matrix(root, None)  # warm-up: imports stay out of the profile
+    matrix.render_matrix(root, None, SubprocessRunner())  # warm-up: imports stay out of the profile
     prof = cProfile.Profile()
     prof.enable()
-    rendered = matrix.render_matrix(root, None)
+    rendered = matrix.render_matrix(root, None, SubprocessRunner())
     problems = matrix.check_rendered(rendered, SubprocessRunner(), shellcheck=False)
     prof.disable()
     buf = io.StringIO()

@@ -14,6 +14,7 @@ import click
 
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError
+from orchestrator.spec import run_options, spec_from_options
 
 
 class _Group(click.Group):
@@ -102,14 +103,37 @@ def render(targets: tuple[str, ...], cluster: str | None, out: Path | None, form
     from orchestrator import matrix
     from orchestrator.runner import SubprocessRunner
 
-    rendered = matrix.render_matrix(project, cluster, targets, form)  # type: ignore[arg-type]
+    runner = SubprocessRunner()
+    rendered = matrix.render_matrix(project, cluster, runner, targets, form)  # type: ignore[arg-type]
     if do_check:
-        matrix.check_or_raise(rendered, SubprocessRunner(), shellcheck=not no_shellcheck)
+        matrix.check_or_raise(rendered, runner, shellcheck=not no_shellcheck)
     out_dir = out or project / matrix.DEFAULT_OUT / _dir_name(rendered.profile.name)
     matrix.write(rendered, out_dir, replace_all=not targets)
     _summary(rendered.plans)
     checked = " and checked" if do_check else ""
     click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
+
+
+# --- run -----------------------------------------------------------------------
+
+
+@main.command(context_settings={"allow_interspersed_args": False})
+@run_options
+@click.option("--cluster", "-c", default=None, help="Profile name or file (default: params.yaml, else Slurm's ClusterName, else local).")
+@click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
+@click.option("--name", default=None, help="Item name outside DVC (inside a stage DVC_STAGE names it).")
+def run(cluster: str | None, form: str | None, name: str | None, **options) -> None:
+    """Run one job: what a DVC stage's cmd calls for a matrix item.
+
+    Plans and renders the item's script (the one `orchestrator render` shows),
+    attaches to a job already submitted with the same script and inputs, or
+    submits one, waits, and checks the stage's outputs exist.
+    """
+    from orchestrator import jobrun
+    from orchestrator.runner import SubprocessRunner
+
+    ctx = jobrun.Context.from_environment(name)
+    jobrun.run_item(ctx, spec_from_options(options), cluster, form, SubprocessRunner())  # type: ignore[arg-type]
 
 
 def _summary(plans, limit: int = 40) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import binding, check, params, pipeline, profile, render
+from orchestrator import active, binding, check, params, pipeline, profile, render
 from orchestrator.errors import CheckError, PlanError
 from orchestrator.plan import Form, Plan, make_plan
 from orchestrator.runner import Runner
@@ -30,16 +30,11 @@ class Rendered:
     scripts: dict[str, str]
 
 
-def active_cluster(cli_value: str | None, prm: params.Params) -> str:
-    """The profile to use: --cluster, else params.yaml's orchestrator.cluster, else local."""
-    return cli_value or prm.settings.cluster or params.DEFAULT_CLUSTER
-
-
-def render_matrix(root: Path, cluster: str | None, targets: Sequence[str] = (), form: Form | None = None) -> Rendered:
+def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), form: Form | None = None) -> Rendered:
     """Plan and render every orchestrated item; PlanError lists every problem found."""
     base = params.load(root)
-    name = active_cluster(cluster, base)
-    loaded = profile.load(name)
+    name = active.select_cluster(cluster, base, runner)
+    loaded = active.load_profile(name)
     prm = base.for_cluster(name)
     items = pipeline.select(pipeline.resolve(root, base.overlay_for(name)), targets)
     jobs, item_problems = pipeline.jobs(items)
@@ -83,25 +78,30 @@ def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True) 
 def write(rendered: Rendered, out: Path, replace_all: bool) -> None:
     """Write the scripts into ``out``; with ``replace_all`` remove scripts no item has any more.
 
-    Every file is written beside its final name and renamed into place, so no
-    script is ever half-written; unchanged scripts are not rewritten (a
-    re-render of a big matrix then costs reads, not writes).
+    Unchanged scripts are not rewritten (a re-render of a big matrix then costs
+    reads, not writes).
     """
     out.mkdir(parents=True, exist_ok=True)
     for fname, text in rendered.scripts.items():
-        path = out / fname
-        data = text.encode()
-        if _same(path, data):
-            continue
-        tmp = out / f".{fname}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        write_script(out / fname, text)
     if replace_all:
         for stale in out.iterdir():
             if stale.name not in rendered.scripts and stale.suffix in (".sh", ".sbatch"):
                 stale.unlink()
+
+
+def write_script(path: Path, text: str) -> None:
+    """Write one script beside its final name and rename it into place, so it is
+    never half-written; leave it alone if it already holds ``text``."""
+    data = text.encode()
+    if _same(path, data):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 def _same(path: Path, data: bytes) -> bool:

@@ -56,7 +56,9 @@ def run_options(f):
     return f
 
 
-@click.command(name="run", add_help_option=False)
+# Everything after the first word of the command belongs to the command, as in
+# `orchestrator run -N 2 python train.py --devices 8`.
+@click.command(name="run", add_help_option=False, context_settings={"allow_interspersed_args": False})
 @run_options
 def _parser(**kwargs):  # pragma: no cover - only used through make_context
     pass

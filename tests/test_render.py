@@ -155,7 +155,7 @@ def test_check_fails_without_shellcheck_unless_skipped(project, monkeypatch):
         def which(self, name):
             return None
 
-    rendered = matrix.render_matrix(project, "lumi")
+    rendered = matrix.render_matrix(project, "lumi", SubprocessRunner())
     assert any("shellcheck is not installed" in p for p in matrix.check_rendered(rendered, NoShellcheck()))
     assert matrix.check_rendered(rendered, NoShellcheck(), shellcheck=False) == []
 

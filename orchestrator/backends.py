@@ -1,0 +1,186 @@
+"""Backends: how a rendered script becomes a running job, behind one small interface.
+
+* :class:`ProcessBackend` runs the script as a child process: the ``local`` form
+  on this machine, and the seed's blocking ``srun`` form (srun allocates and
+  waits inside the script).
+* :class:`SbatchBackend` submits the ``sbatch`` form and follows the job with
+  one ``sacct`` query for all jobs per poll (``squeue`` when accounting lags).
+
+Every command is an argv list run through a :class:`~orchestrator.runner.Runner`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from orchestrator import slurm
+from orchestrator.errors import OrchestratorError
+from orchestrator.plan import Plan
+from orchestrator.runner import Runner
+from orchestrator.slurm import JobInfo, State
+
+
+class SchedulerError(OrchestratorError):
+    """The scheduler refused a job or cannot be reached."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    log: str  # relative to the workspace
+
+
+class Backend(Protocol):
+    name: str
+
+    def preflight(self, plan: Plan) -> list[str]: ...
+
+    def submit(self, plan: Plan, script: Path) -> Submitted: ...
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]: ...
+
+    def cancel(self, job_ids: Sequence[str]) -> None: ...
+
+
+class ProcessBackend:
+    """Runs the script as our child; the job lives as long as this process."""
+
+    def __init__(self, root: Path, name: str = "local") -> None:
+        self.root = root
+        self.name = name
+        self._children: dict[str, subprocess.Popen] = {}
+
+    def preflight(self, plan: Plan) -> list[str]:
+        return []
+
+    def submit(self, plan: Plan, script: Path) -> Submitted:
+        # Output goes to our stdout/stderr (DVC shows it); the script tees a log itself.
+        child = subprocess.Popen(["bash", str(script)], cwd=self.root)
+        job_id = f"{self.name}-{child.pid}"
+        self._children[job_id] = child
+        return Submitted(job_id, plan.log.replace("%j", "local" if self.name == "local" else "%j"))
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        found = {}
+        for job_id in job_ids:
+            child = self._children.get(job_id)
+            if child is None:
+                # Not ours: a process of an earlier run of the orchestrator.
+                pid = int(job_id.rsplit("-", 1)[-1])
+                alive = _pid_alive(pid)
+                found[job_id] = JobInfo(job_id, State.RUNNING if alive else State.UNKNOWN, "process")
+                continue
+            rc = child.poll()
+            if rc is None:
+                found[job_id] = JobInfo(job_id, State.RUNNING, "process")
+            else:
+                found[job_id] = JobInfo(job_id, State.COMPLETED if rc == 0 else State.FAILED, "process", exit_code=rc)
+        return found
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        for job_id in job_ids:
+            child = self._children.get(job_id)
+            if child and child.poll() is None:
+                child.terminate()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SbatchBackend:
+    name = "slurm"
+
+    def __init__(self, root: Path, runner: Runner, cluster_name: str | None) -> None:
+        self.root = root
+        self.runner = runner
+        self.cluster_name = cluster_name
+        self._checked: set[tuple[str | None, str | None]] = set()
+
+    def preflight(self, plan: Plan) -> list[str]:
+        """What would make the cluster refuse the job, found before submitting it."""
+        key = (plan.account, plan.partition)
+        if key in self._checked:
+            return []
+        problems = preflight(self.runner, self.cluster_name, plan.account)
+        if not problems:
+            self._checked.add(key)
+        return problems
+
+    def submit(self, plan: Plan, script: Path) -> Submitted:
+        done = self._run(slurm.sbatch_argv(str(script)), timeout=120)
+        if done.returncode != 0:
+            raise SchedulerError(f"sbatch refused {plan.item}: {done.stderr.strip() or done.stdout.strip()}", hints=[f"command: {' '.join(slurm.sbatch_argv(str(script)))}"])
+        try:
+            job_id = slurm.parse_sbatch(done.stdout)
+        except ValueError as exc:
+            raise SchedulerError(str(exc)) from exc
+        return Submitted(job_id, plan.log.replace("%j", job_id))
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        """One sacct call for all jobs; squeue fills in jobs sacct does not list yet."""
+        if not job_ids:
+            return {}
+        found: dict[str, JobInfo] = {}
+        done = self._run(slurm.sacct_argv(job_ids), timeout=60)
+        if done.returncode == 0:
+            found = slurm.parse_sacct(done.stdout)
+        missing = [j for j in job_ids if j not in found]
+        if missing:
+            done = self._run(slurm.squeue_argv(missing), timeout=60)
+            if done.returncode == 0:
+                found.update(slurm.parse_squeue(done.stdout))
+        return {j: found[j] for j in job_ids if j in found}
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self._run(slurm.scancel_argv(job_ids), timeout=60)
+
+    def _run(self, argv, timeout):
+        try:
+            return self.runner.run(argv, timeout=timeout)
+        except FileNotFoundError as exc:
+            raise SchedulerError(f"{argv[0]} is not installed here: is this a Slurm login node?") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SchedulerError(f"{argv[0]} did not answer within {timeout} s: is the Slurm controller up?") from exc
+
+
+def preflight(runner: Runner, cluster_name: str | None, account: str | None) -> list[str]:
+    """Controller reachable, ClusterName as the profile expects, account known."""
+    try:
+        ping = runner.run(["scontrol", "ping"], timeout=30)
+    except FileNotFoundError:
+        return ["scontrol is not installed here: Slurm profiles need a Slurm login node (or use --cluster local)"]
+    except subprocess.TimeoutExpired:
+        return ["the Slurm controller did not answer `scontrol ping` within 30 s"]
+    if ping.returncode != 0 or "DOWN" in ping.stdout:
+        return [f"the Slurm controller is unreachable: {(ping.stdout + ping.stderr).strip()}"]
+    problems = []
+    if cluster_name:
+        config = runner.run(["scontrol", "show", "config"], timeout=30)
+        actual = slurm.parse_config_value(config.stdout, "ClusterName")
+        if actual and actual != cluster_name:
+            problems.append(f"this Slurm's ClusterName is {actual!r}, but the profile is for {cluster_name!r}: pick the matching --cluster")
+    if account:
+        user = os.environ.get("USER") or _whoami(runner)
+        assoc = runner.run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}", "format=account"], timeout=30)
+        if assoc.returncode == 0:
+            accounts = sorted({a.strip() for a in assoc.stdout.split() if a.strip()})
+            if accounts and account not in accounts:
+                problems.append(f"account {account!r} is not one of {user}'s accounts on this cluster: {', '.join(accounts)}")
+    return problems
+
+
+def _whoami(runner: Runner) -> str:
+    return runner.run(["id", "-un"], timeout=10).stdout.strip()

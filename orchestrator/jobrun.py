@@ -1,0 +1,243 @@
+"""Running one item: what ``orchestrator run`` does inside a DVC stage.
+
+plan -> render -> attach to a job with the same fingerprint (pending, running or
+finished successfully) or submit one -> wait with progress -> check the outputs.
+The script run is the script ``render`` writes, byte for byte: both go through
+:func:`orchestrator.plan.make_plan` and the same templates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator import active, backends, ledger, params, pipeline, profile, render
+from orchestrator.errors import OrchestratorError, PlanError
+from orchestrator.matrix import DEFAULT_OUT, write_script
+from orchestrator.plan import Form, Plan, make_plan, safe_name
+from orchestrator.runner import Runner
+from orchestrator.slurm import JobInfo, State
+
+
+class JobFailed(OrchestratorError):
+    """The job ran and failed: the stage fails with the job's id, exit code and log."""
+
+    exit_code = 1
+
+
+@dataclass
+class Clock:
+    """Time and sleep, injectable so tests of waiting do not wait."""
+
+    now: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True)
+class Polling:
+    first_s: float = 2.0
+    factor: float = 1.5
+    max_s: float = float(os.environ.get("ORCH_POLL_MAX_S", "60"))
+    heartbeat_s: float = 300.0  # a "still running" line at most this often
+
+
+@dataclass
+class Context:
+    """Where an item runs from: the project, the item's DVC name and wdir."""
+
+    root: Path
+    item: str
+    wdir: str = ""
+    from_dvc: bool = False
+
+    @classmethod
+    def from_environment(cls, name: str | None) -> Context:
+        """DVC tells a stage's command its project (DVC_ROOT) and name (DVC_STAGE)."""
+        dvc_root, dvc_stage = os.environ.get("DVC_ROOT"), os.environ.get("DVC_STAGE")
+        if dvc_root and dvc_stage and not name:
+            root = Path(dvc_root)
+            wdir = os.path.relpath(os.getcwd(), root)
+            return cls(root, dvc_stage, "" if wdir == "." else wdir, from_dvc=True)
+        root = _find_root(Path.cwd())
+        wdir = os.path.relpath(os.getcwd(), root)
+        return cls(root, name or "adhoc", "" if wdir == "." else wdir)
+
+
+def _find_root(start: Path) -> Path:
+    for folder in (start, *start.parents):
+        if (folder / pipeline.PIPELINE_FILE).is_file() or (folder / ".dvc").is_dir():
+            return folder
+    return start
+
+
+@dataclass
+class Outcome:
+    record: ledger.Record
+    attached: bool
+    info: JobInfo | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+def backend_for(plan: Plan, loaded: profile.LoadedProfile, root: Path, runner: Runner) -> backends.Backend:
+    if plan.form == "sbatch":
+        return backends.SbatchBackend(root, runner, loaded.profile.scheduler.cluster_name)
+    return backends.ProcessBackend(root, "local" if plan.form == "local" else "srun")
+
+
+def run_item(
+    ctx: Context,
+    spec,
+    cluster: str | None,
+    form: Form | None,
+    runner: Runner,
+    clock: Clock | None = None,
+    polling: Polling | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Outcome:
+    clock = clock or Clock()
+    polling = polling or Polling()
+    say = say or _say
+    prm = params.load(ctx.root)
+    name = active.select_cluster(cluster, prm, runner)
+    loaded = active.load_profile(name)
+    prm = prm.for_cluster(name)
+    plan = make_plan(spec, ctx.item, ctx.wdir, loaded, prm.settings, str(ctx.root.resolve()), form)
+    if plan.problems:
+        raise PlanError(f"cannot run {ctx.item} on {name}", plan.problems)
+    text = render.render(plan)
+    script = ctx.root / DEFAULT_OUT / safe_name(name) / render.filename(plan)
+    write_script(script, text)
+    io = pipeline.stage_io(ctx.root, ctx.item) if ctx.from_dvc else pipeline.StageIO("", ())
+    fingerprint = hashlib.sha256(f"{text}\0{io.inputs_digest}".encode()).hexdigest()
+    backend = backend_for(plan, loaded, ctx.root, runner)
+    book = ledger.Ledger(ctx.root)
+
+    with book.locked(ctx.item) as records:
+        outcome = _attach(records, fingerprint, backend)
+        if outcome is None:
+            problems = backend.preflight(plan)
+            if problems:
+                raise backends.SchedulerError(f"{ctx.item} was not submitted", problems)
+            submitted = backend.submit(plan, script)
+            record = ledger.Record(
+                item=ctx.item,
+                fingerprint=fingerprint,
+                backend=backend.name,
+                job_id=submitted.job_id,
+                profile=name,
+                script=os.path.relpath(script, ctx.root),
+                submitted_at=clock.now(),
+                log=submitted.log,
+                provenance=_provenance(ctx.root, runner, loaded, text),
+            )
+            records.append(record)
+            say(f"{ctx.item}: submitted job {submitted.job_id} on {name} ({plan.nodes}x{plan.tasks_per_node}); log {submitted.log}")
+            outcome = Outcome(record, attached=False)
+        else:
+            say(f"{ctx.item}: attached to job {outcome.record.job_id} ({outcome.record.state.value}), submitted earlier with the same script and inputs")
+
+    info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info)
+    with book.locked(ctx.item) as records:
+        record = records.update(
+            outcome.record.job_id,
+            state=info.state,
+            exit_code=info.exit_code,
+            nodelist=info.nodelist or outcome.record.nodelist,
+            nodes=info.nodes or outcome.record.nodes,
+            elapsed_s=info.elapsed_s,
+        )
+    outcome.record, outcome.info = record, info
+    if info.state != State.COMPLETED:
+        raise JobFailed(f"{ctx.item}: job {record.job_id} {info.state.value} ({info.slurm_state}, exit code {info.exit_code})", hints=_log_hints(ctx.root, record))
+    missing = [o for o in io.outs if not (ctx.root / o).exists()]
+    if missing:
+        raise JobFailed(f"{ctx.item}: job {record.job_id} succeeded but did not create {', '.join(missing)}", hints=_log_hints(ctx.root, record))
+    return outcome
+
+
+def _attach(records: ledger.ItemLedger, fingerprint: str, backend: backends.Backend) -> Outcome | None:
+    """The earlier job with this fingerprint, if it is pending, running or succeeded."""
+    earlier = records.latest(fingerprint)
+    if earlier is None or earlier.backend != backend.name or backend.name != "slurm":
+        return None  # process jobs die with the process that ran them
+    if not (earlier.state.active or earlier.state == State.COMPLETED):
+        return None
+    info = backend.query([earlier.job_id]).get(earlier.job_id)
+    if info is None or not (info.state.active or info.state == State.COMPLETED):
+        return None
+    return Outcome(earlier, attached=True, info=info)
+
+
+def wait(backend, job_id: str, item: str, clock: Clock, polling: Polling, say, info: JobInfo | None = None) -> JobInfo:
+    """Poll until the job ends; a line per state change and a heartbeat, never a flood.
+
+    A failed query (controller or database down) is reported and retried with
+    backoff; it never counts as the job's end, so it never causes a resubmission.
+    """
+    interval = polling.first_s
+    last_state = info.state if info else None
+    last_line = clock.now()
+    while True:
+        if info is not None and info.state.final:
+            return info
+        clock.sleep(interval)
+        interval = min(interval * polling.factor, polling.max_s)
+        try:
+            found = backend.query([job_id])
+        except backends.SchedulerError as exc:
+            say(f"{item}: cannot ask the scheduler about job {job_id} ({exc.headline}); retrying in {interval:.0f} s")
+            continue
+        info = found.get(job_id, info)
+        if info is None:
+            continue
+        now = clock.now()
+        if info.state != last_state or now - last_line >= polling.heartbeat_s:
+            where = f" on {info.nodelist}" if info.nodelist else ""
+            elapsed = f", {_hms(info.elapsed_s)} elapsed" if info.elapsed_s is not None else ""
+            say(f"{item}: job {job_id} {info.state.value}{where}{elapsed}")
+            last_state, last_line = info.state, now
+
+
+def _hms(seconds: int) -> str:
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _log_hints(root: Path, record: ledger.Record, lines: int = 20) -> list[str]:
+    if not record.log:
+        return []
+    path = root / record.log
+    hints = [f"log: {path}"]
+    try:
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+    except FileNotFoundError:
+        return [*hints, "(the log does not exist)"]
+    return [*hints, f"last {len(tail)} lines:", *(f"| {line}" for line in tail)]
+
+
+def _provenance(root: Path, runner: Runner, loaded: profile.LoadedProfile, script: str) -> dict:
+    """How this result is produced: code version, profile and script, by hash."""
+    prov = {
+        "profile": loaded.name,
+        "profile_source": loaded.source,
+        "profile_sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
+        "script_sha256": hashlib.sha256(script.encode()).hexdigest(),
+    }
+    if runner.which("git"):
+        head = runner.run(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
+        if head.returncode == 0:
+            dirty = runner.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=30)
+            prov["git_commit"] = head.stdout.strip()
+            prov["git_dirty"] = bool(dirty.stdout.strip())
+    return prov
+
+
+def _say(line: str) -> None:
+    print(f"orchestrator: {line}", file=sys.stderr, flush=True)
+
+

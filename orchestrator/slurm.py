@@ -1,0 +1,178 @@
+"""Slurm's command line: the argv we run and the parsers for what it prints.
+
+Building and parsing are pure and tested on captured text; running goes
+through a :class:`~orchestrator.runner.Runner`. Slurm's many job states map to
+our own small set through one table; anything not in it is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+
+class State(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+    @property
+    def active(self) -> bool:
+        return self in (State.PENDING, State.RUNNING)
+
+    @property
+    def final(self) -> bool:
+        return self in (State.COMPLETED, State.FAILED, State.CANCELLED)
+
+
+# The one table from Slurm's job states (squeue/sacct, long names) to ours.
+SLURM_STATES: Mapping[str, State] = {
+    "PENDING": State.PENDING,
+    "CONFIGURING": State.PENDING,
+    "REQUEUED": State.PENDING,
+    "REQUEUE_FED": State.PENDING,
+    "REQUEUE_HOLD": State.PENDING,
+    "RESV_DEL_HOLD": State.PENDING,
+    "SPECIAL_EXIT": State.PENDING,
+    "RUNNING": State.RUNNING,
+    "COMPLETING": State.RUNNING,
+    "STAGE_OUT": State.RUNNING,
+    "SIGNALING": State.RUNNING,
+    "RESIZING": State.RUNNING,
+    "SUSPENDED": State.RUNNING,
+    "STOPPED": State.RUNNING,
+    "COMPLETED": State.COMPLETED,
+    "FAILED": State.FAILED,
+    "BOOT_FAIL": State.FAILED,
+    "NODE_FAIL": State.FAILED,
+    "OUT_OF_MEMORY": State.FAILED,
+    "TIMEOUT": State.FAILED,
+    "DEADLINE": State.FAILED,
+    "PREEMPTED": State.FAILED,
+    "REVOKED": State.CANCELLED,
+    "CANCELLED": State.CANCELLED,
+}
+
+
+def state_of(slurm_state: str) -> State:
+    """Our state for Slurm's (``CANCELLED by 0`` -> cancelled, ``FOO`` -> unknown)."""
+    word = slurm_state.strip().split(" ", 1)[0].rstrip("+")
+    return SLURM_STATES.get(word, State.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    state: State
+    slurm_state: str
+    exit_code: int | None = None  # of the batch script; None while running
+    signal: int | None = None
+    elapsed_s: int | None = None
+    nodes: int | None = None
+    nodelist: str | None = None
+    reason: str | None = None
+
+
+# --- argv ----------------------------------------------------------------------
+
+SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "ElapsedRaw", "NNodes", "NodeList", "Reason")
+SQUEUE_FORMAT = "%i|%T|%M|%D|%N|%r"
+
+
+def sbatch_argv(script: str) -> list[str]:
+    return ["sbatch", "--parsable", script]
+
+
+def sacct_argv(job_ids: Iterable[str]) -> list[str]:
+    # -X: the allocation only, not every step; -P: '|'-separated, no padding.
+    return ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), f"--format={','.join(SACCT_FIELDS)}"]
+
+
+def squeue_argv(job_ids: Iterable[str]) -> list[str]:
+    return ["squeue", "-h", "-j", ",".join(job_ids), "-o", SQUEUE_FORMAT]
+
+
+def scancel_argv(job_ids: Iterable[str]) -> list[str]:
+    return ["scancel", *job_ids]
+
+
+# --- parsers -------------------------------------------------------------------
+
+
+def parse_sbatch(stdout: str) -> str:
+    """The job id from ``sbatch --parsable`` (``123`` or ``123;cluster``)."""
+    first = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    job_id = first.split(";", 1)[0]
+    if not job_id.isdigit():
+        raise ValueError(f"sbatch printed no job id: {stdout.strip()!r}")
+    return job_id
+
+
+def parse_sacct(text: str) -> dict[str, JobInfo]:
+    """Jobs from ``sacct -X -n -P --format=<SACCT_FIELDS>`` (the last line per job wins:
+    a requeued job is listed once per run, newest last)."""
+    jobs: dict[str, JobInfo] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(SACCT_FIELDS):
+            continue
+        job_id, state, exit_code, elapsed, nnodes, nodelist, reason = parts
+        code, sig = _exit_code(exit_code)
+        st = state_of(state)
+        jobs[job_id] = JobInfo(
+            job_id=job_id,
+            state=st,
+            slurm_state=state,
+            exit_code=code if st.final else None,
+            signal=sig if st.final else None,
+            elapsed_s=int(elapsed) if elapsed.isdigit() else None,
+            nodes=int(nnodes) if nnodes.isdigit() else None,
+            nodelist=None if nodelist in ("", "None assigned") else nodelist,
+            reason=None if reason in ("", "None") else reason,
+        )
+    return jobs
+
+
+def parse_squeue(text: str) -> dict[str, JobInfo]:
+    """Jobs from ``squeue -h -o <SQUEUE_FORMAT>`` (only jobs Slurm still holds)."""
+    jobs: dict[str, JobInfo] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != 6:
+            continue
+        job_id, state, elapsed, nnodes, nodelist, reason = parts
+        jobs[job_id] = JobInfo(
+            job_id=job_id,
+            state=state_of(state),
+            slurm_state=state,
+            elapsed_s=_duration(elapsed),
+            nodes=int(nnodes) if nnodes.isdigit() else None,
+            nodelist=nodelist or None,
+            reason=None if reason in ("", "None") else reason,
+        )
+    return jobs
+
+
+def parse_config_value(text: str, key: str) -> str | None:
+    """A value from ``scontrol show config`` (``ClusterName = lumi``)."""
+    m = re.search(rf"^{re.escape(key)}\s*=\s*(\S+)", text, re.M)
+    return m.group(1) if m else None
+
+
+def _exit_code(text: str) -> tuple[int | None, int | None]:
+    code, _, sig = text.partition(":")
+    return (int(code) if code.isdigit() else None, int(sig) if sig.isdigit() else None)
+
+
+def _duration(text: str) -> int | None:
+    """Seconds in squeue's ``[D-]HH:MM:SS`` / ``MM:SS``."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
+    if not m:
+        return None
+    d, h, mi, s = (int(x) if x else 0 for x in m.groups())
+    return ((d * 24 + h) * 60 + mi) * 60 + s
