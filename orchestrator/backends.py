@@ -11,6 +11,7 @@ Every command is an argv list run through a :class:`~orchestrator.runner.Runner`
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
 from collections.abc import Sequence
@@ -173,14 +174,10 @@ def preflight(runner: Runner, cluster_name: str | None, account: str | None) -> 
         if actual and actual != cluster_name:
             problems.append(f"this Slurm's ClusterName is {actual!r}, but the profile is for {cluster_name!r}: pick the matching --cluster")
     if account:
-        user = os.environ.get("USER") or _whoami(runner)
+        user = getpass.getuser()
         assoc = runner.run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}", "format=account"], timeout=30)
         if assoc.returncode == 0:
             accounts = sorted({a.strip() for a in assoc.stdout.split() if a.strip()})
             if accounts and account not in accounts:
                 problems.append(f"account {account!r} is not one of {user}'s accounts on this cluster: {', '.join(accounts)}")
     return problems
-
-
-def _whoami(runner: Runner) -> str:
-    return runner.run(["id", "-un"], timeout=10).stdout.strip()

@@ -1,0 +1,190 @@
+"""`orchestrator run` logic against a fake Slurm (argv recorded, sacct text canned).
+
+These prove the decisions (attach or submit, when to fail, what to say); the
+real-cluster behaviour is proven on the testbed in tests/test_slurm_testbed.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fakes import FakeRunner, ok
+from orchestrator import jobrun, ledger
+from orchestrator.backends import SchedulerError
+from orchestrator.errors import PlanError
+from orchestrator.runner import Completed
+from orchestrator.slurm import State
+from orchestrator.spec import JobSpec
+
+SPEC = JobSpec(command=("python", "train.py", "--devices", "2"), nodes=2, gpus_per_node=2)
+PING = ok("Slurmctld(primary) at host is UP\n")
+CONFIG = ok("ClusterName             = testbed\n")
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+        self.sleeps = []
+
+    def now(self):
+        return self.t
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.t += s
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "params.yaml").write_text("orchestrator:\n  cluster: testbed\n  account: project_465000858\n")
+    return tmp_path
+
+
+def sacct_sequence(*states):
+    """sacct answers: one state per call, the last one repeated."""
+    answers = list(states)
+
+    def answer(argv):
+        job = argv[argv.index("-j") + 1]
+        state = answers.pop(0) if len(answers) > 1 else answers[0]
+        code = "1:0" if state == "FAILED" else "0:0"
+        return Completed(tuple(argv), 0, f"{job}|{state}|{code}|5|2|node[1-2]|None\n", "")
+
+    return answer
+
+
+def fake_slurm(**overrides):
+    answers = {
+        "scontrol": lambda argv: (PING if argv[1] == "ping" else CONFIG)(argv),
+        "sacctmgr": ok("project_465000858\n"),
+        "sbatch": ok("101\n"),
+        "sacct": sacct_sequence("PENDING", "RUNNING", "COMPLETED"),
+        "squeue": ok(""),
+    }
+    answers.update(overrides)
+    return FakeRunner(answers)
+
+
+def run(project, runner, clock=None, item="bench@x"):
+    lines = []
+    ctx = jobrun.Context(project, item)
+    outcome = jobrun.run_item(ctx, SPEC, None, None, runner, clock or FakeClock(), jobrun.Polling(first_s=1, max_s=8, heartbeat_s=100), lines.append)
+    return outcome, lines
+
+
+def test_submits_waits_and_records(project):
+    runner = fake_slurm()
+    outcome, lines = run(project, runner)
+    assert outcome.record.job_id == "101" and outcome.record.state == State.COMPLETED and not outcome.attached
+    (sbatch,) = runner.called("sbatch")
+    assert sbatch[:2] == ["sbatch", "--parsable"] and sbatch[2].endswith(".orchestrator/scripts/testbed/bench@x.sbatch")
+    assert (project / ".orchestrator/scripts/testbed/bench@x.sbatch").is_file()
+    assert [line.split(": ", 1)[1] for line in lines] == [
+        "submitted job 101 on testbed (2x2); log .orchestrator/logs/bench@x-101.log",
+        "job 101 pending on node[1-2], 0:00:05 elapsed",
+        "job 101 running on node[1-2], 0:00:05 elapsed",
+        "job 101 completed on node[1-2], 0:00:05 elapsed",
+    ]
+    (rec,) = ledger.Ledger(project).records("bench@x")
+    assert rec.state == State.COMPLETED and rec.exit_code == 0 and rec.log == ".orchestrator/logs/bench@x-101.log"
+    assert rec.provenance["profile"] == "testbed" and len(rec.provenance["script_sha256"]) == 64
+
+
+def test_polling_backs_off(project):
+    clock = FakeClock()
+    run(project, fake_slurm(sacct=sacct_sequence(*["PENDING"] * 8, "COMPLETED")), clock)
+    assert clock.sleeps == [1, 1.5, 2.25, 3.375, 5.0625, 7.59375, 8, 8, 8]
+
+
+def test_attaches_to_a_running_job_with_the_same_fingerprint(project):
+    run(project, fake_slurm())  # job 101, completed
+    runner = fake_slurm(sbatch=ok("102\n"))
+    outcome, lines = run(project, runner)
+    assert outcome.attached and outcome.record.job_id == "101"
+    assert runner.called("sbatch") == []
+    assert "attached to job 101 (completed)" in lines[0]
+
+
+def test_a_changed_script_is_a_new_job(project):
+    run(project, fake_slurm())
+    (project / "params.yaml").write_text("orchestrator:\n  cluster: testbed\n  account: project_465000858\n  time: '00:20:00'\n")
+    runner = fake_slurm(sbatch=ok("102\n"))
+    outcome, _ = run(project, runner)
+    assert not outcome.attached and outcome.record.job_id == "102"
+    assert [r.job_id for r in ledger.Ledger(project).records("bench@x")] == ["101", "102"]
+
+
+def test_failed_or_cancelled_jobs_are_not_attached_to(project):
+    with pytest.raises(jobrun.JobFailed):
+        run(project, fake_slurm(sacct=sacct_sequence("FAILED")))
+    outcome, _ = run(project, fake_slurm(sbatch=ok("102\n")))
+    assert outcome.record.job_id == "102"
+
+
+def test_failure_names_job_exit_code_log_and_tail(project):
+    log = project / ".orchestrator/logs/bench@x-101.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"line {i}\n" for i in range(30)) + "ValueError: boom\n")
+    with pytest.raises(jobrun.JobFailed) as err:
+        run(project, fake_slurm(sacct=sacct_sequence("RUNNING", "FAILED")))
+    text = err.value.render()
+    assert "bench@x: job 101 failed (FAILED, exit code 1)" in text
+    assert f"log: {log}" in text and "| ValueError: boom" in text and "| line 11\n" in text and "| line 10\n" not in text
+
+
+def test_query_failures_are_retried_never_resubmitted(project):
+    calls = {"n": 0}
+
+    def flaky(argv):
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            return Completed(tuple(argv), 1, "", "sacct: error: Problem talking to the database")
+        return sacct_sequence("COMPLETED")(argv)
+
+    runner = fake_slurm(sacct=flaky, squeue=ok("", rc=1))
+    outcome, _ = run(project, runner)
+    assert outcome.record.state == State.COMPLETED
+    assert len(runner.called("sbatch")) == 1
+
+
+def test_preflight_problems_stop_submission(project):
+    runner = fake_slurm(sacctmgr=ok("project_465000001\n"), scontrol=lambda argv: (PING if argv[1] == "ping" else ok("ClusterName = lumi\n"))(argv))
+    with pytest.raises(SchedulerError) as err:
+        run(project, runner)
+    text = err.value.render()
+    assert "ClusterName is 'lumi', but the profile is for 'testbed'" in text
+    assert "account 'project_465000858' is not one of" in text and "project_465000001" in text
+    assert runner.called("sbatch") == []
+    assert ledger.Ledger(project).records("bench@x") == []
+
+
+def test_unreachable_controller_stops_submission(project):
+    runner = fake_slurm(scontrol=ok("", "slurm_load_ctl_conf error: Unable to contact slurm controller", rc=1))
+    with pytest.raises(SchedulerError, match="not submitted"):
+        run(project, runner)
+    assert runner.called("sbatch") == []
+
+
+def test_sbatch_refusal_is_reported(project):
+    runner = fake_slurm(sbatch=ok("", "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified", rc=1))
+    with pytest.raises(SchedulerError, match="Invalid account"):
+        run(project, runner)
+    assert ledger.Ledger(project).records("bench@x") == []
+
+
+def test_plan_problems_stop_everything(project):
+    runner = fake_slurm()
+    ctx = jobrun.Context(project, "bench@x")
+    with pytest.raises(PlanError, match="asks for 8 GPUs per node"):
+        jobrun.run_item(ctx, JobSpec(command=("python",), gpus_per_node=8), None, None, runner, FakeClock())
+    assert runner.calls == []
+
+
+def test_cluster_detection(project):
+    from orchestrator import active, params
+
+    prm = params.Params(data={}, settings=params.Settings(cluster="auto"))
+    assert active.select_cluster(None, prm, fake_slurm()) == "testbed"
+    assert active.select_cluster("lumi", prm, fake_slurm()) == "lumi"
+    assert active.select_cluster(None, prm, FakeRunner(installed=set())) == "local"
+    assert active.select_cluster(None, prm, fake_slurm(scontrol=ok("ClusterName = elsewhere\n"))) == "local"
