@@ -136,6 +136,79 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
     jobrun.run_item(ctx, spec_from_options(options), cluster, form, SubprocessRunner())  # type: ignore[arg-type]
 
 
+# --- status, logs, cancel ---------------------------------------------------------
+
+
+@main.command()
+@click.argument("targets", nargs=-1)
+@click.option("--watch", "-w", is_flag=True, help="Refresh until every job has ended (polling backs off).")
+@project_option
+def status(targets: tuple[str, ...], watch: bool, project: Path) -> None:
+    """One table of the submitted items: state, job id, nodes, elapsed, exit code."""
+    import time
+
+    from orchestrator import status as st
+    from orchestrator.runner import SubprocessRunner
+    from orchestrator.slurmtime import hms
+
+    runner, interval = SubprocessRunner(), 2.0
+    while True:
+        rows = st.refresh(project, runner, targets)
+        _table(
+            ("item", "state", "job", "nodes", "elapsed", "exit", "submissions"),
+            [(r.item, r.state.value, r.job_id, r.nodes, hms(r.elapsed_s), "-" if r.exit_code is None else str(r.exit_code), str(r.submissions)) for r in rows],
+        )
+        if not watch or all(r.state.final for r in rows):
+            return
+        time.sleep(interval)
+        interval = min(interval * 1.5, 60.0)
+        click.echo()
+
+
+@main.command()
+@click.argument("item")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing as the job writes, until it ends.")
+@project_option
+def logs(item: str, follow: bool, project: Path) -> None:
+    """Print the log of ITEM's newest job."""
+    import time
+
+    from orchestrator import status as st
+    from orchestrator.runner import SubprocessRunner
+
+    path = st.log_path(project, item)
+    offset, idle = 0, 0.5
+    while True:
+        if path.exists():
+            with path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            offset += len(chunk)
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+        if not follow:
+            if not path.exists():
+                raise OrchestratorError(f"{item}: no log yet at {path} (the job may still be pending)")
+            return
+        (row,) = st.refresh(project, SubprocessRunner(), [item])
+        if row.state.final and path.exists() and path.stat().st_size == offset:
+            return
+        time.sleep(idle)
+        idle = min(idle * 1.5, 10.0)
+
+
+@main.command()
+@click.argument("targets", nargs=-1)
+@project_option
+def cancel(targets: tuple[str, ...], project: Path) -> None:
+    """Cancel the running and pending jobs of TARGETS (default: all submitted items)."""
+    from orchestrator import status as st
+    from orchestrator.runner import SubprocessRunner
+
+    ids = st.cancel(project, SubprocessRunner(), targets)
+    click.echo(f"cancelled {len(ids)} job(s){': ' + ' '.join(ids) if ids else ''}")
+
+
 def _summary(plans, limit: int = 40) -> None:
     """A row per item for small matrices; per layout for big ones (a table of
     thousands of rows helps no one and costs half a second)."""

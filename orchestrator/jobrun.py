@@ -21,6 +21,7 @@ from orchestrator.errors import OrchestratorError, PlanError
 from orchestrator.matrix import DEFAULT_OUT, write_script
 from orchestrator.plan import Form, Plan, make_plan, safe_name
 from orchestrator.runner import Runner
+from orchestrator.slurmtime import hms
 from orchestrator.slurm import JobInfo, State
 
 
@@ -198,14 +199,9 @@ def wait(backend, job_id: str, item: str, clock: Clock, polling: Polling, say, i
         now = clock.now()
         if info.state != last_state or now - last_line >= polling.heartbeat_s:
             where = f" on {info.nodelist}" if info.nodelist else ""
-            elapsed = f", {_hms(info.elapsed_s)} elapsed" if info.elapsed_s is not None else ""
+            elapsed = f", {hms(info.elapsed_s)} elapsed" if info.elapsed_s is not None else ""
             say(f"{item}: job {job_id} {info.state.value}{where}{elapsed}")
             last_state, last_line = info.state, now
-
-
-def _hms(seconds: int) -> str:
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
 
 
 def _log_hints(root: Path, record: ledger.Record, lines: int = 20) -> list[str]:

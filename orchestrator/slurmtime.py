@@ -32,3 +32,11 @@ def is_valid(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def hms(seconds: int | None) -> str:
+    """``3723`` -> ``1:02:03``; ``-`` for unknown."""
+    if seconds is None:
+        return "-"
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"

@@ -1,0 +1,87 @@
+"""Following submitted jobs: status of many at once, their logs, cancelling them.
+
+The ledger says which jobs exist; one scheduler query per refresh says how they
+are (never one per job), and the answers are written back to the ledger.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator import backends, ledger
+from orchestrator.errors import OrchestratorError
+from orchestrator.runner import Runner
+from orchestrator.slurm import JobInfo, State
+
+
+@dataclass(frozen=True)
+class Row:
+    item: str
+    state: State
+    job_id: str
+    nodes: str
+    elapsed_s: int | None
+    exit_code: int | None
+    log: str | None
+    submissions: int
+
+
+def latest(root: Path, targets: Sequence[str] = ()) -> dict[str, ledger.Record]:
+    """The newest record of every item (matching ``targets``: names, stages or globs)."""
+    items = ledger.Ledger(root).items()
+    chosen = {item: records[-1] for item, records in items.items() if _matches(item, targets)}
+    if targets and not chosen:
+        raise OrchestratorError(f"no submitted item matches {', '.join(targets)}", hints=[f"items in the ledger: {', '.join(sorted(items)) or '(none)'}"])
+    return chosen
+
+
+def _matches(item: str, targets: Sequence[str]) -> bool:
+    return not targets or any(t in (item, item.split("@", 1)[0]) or fnmatch.fnmatchcase(item, t) for t in targets)
+
+
+def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row]:
+    """Current state of the items' newest jobs: one sacct call for all Slurm jobs."""
+    records = latest(root, targets)
+    live = [r.job_id for r in records.values() if r.backend == "slurm" and not r.state.final]
+    found: dict[str, JobInfo] = {}
+    if live:
+        try:
+            found = backends.SbatchBackend(root, runner, None).query(live)
+        except backends.SchedulerError:
+            found = {}  # show what the ledger knows; the next refresh asks again
+    book = ledger.Ledger(root)
+    rows = []
+    for item, rec in sorted(records.items()):
+        info = found.get(rec.job_id)
+        if info is not None and (info.state != rec.state or info.elapsed_s != rec.elapsed_s):
+            with book.locked(item) as entries:
+                rec = entries.update(rec.job_id, state=info.state, exit_code=info.exit_code, nodelist=info.nodelist or rec.nodelist, nodes=info.nodes or rec.nodes, elapsed_s=info.elapsed_s)
+        count = len(book.records(item))
+        rows.append(Row(item, rec.state, rec.job_id, rec.nodelist or (str(rec.nodes) if rec.nodes else "-"), rec.elapsed_s, rec.exit_code, rec.log, count))
+    return rows
+
+
+def cancel(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[str]:
+    """Cancel the active Slurm jobs of the items (one scancel); returns their ids."""
+    records = latest(root, targets)
+    active = {item: r for item, r in records.items() if r.backend == "slurm" and r.state.active}
+    if active:
+        backends.SbatchBackend(root, runner, None).cancel([r.job_id for r in active.values()])
+    book = ledger.Ledger(root)
+    for item, rec in active.items():
+        with book.locked(item) as entries:
+            entries.update(rec.job_id, state=State.CANCELLED)
+    return [r.job_id for r in active.values()]
+
+
+def log_path(root: Path, item: str) -> Path:
+    records = latest(root, [item])
+    if len(records) != 1:
+        raise OrchestratorError(f"{item!r} matches {len(records)} items; name one", hints=sorted(records))
+    (rec,) = records.values()
+    if not rec.log:
+        raise OrchestratorError(f"{item}: job {rec.job_id} has no log")
+    return root / rec.log
