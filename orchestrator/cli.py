@@ -38,6 +38,30 @@ def main() -> None:
     """
 
 
+class _LazyGroup(click.Group):
+    """A command group from another module, imported only when used: `orchestrator
+    --help` lists it from the help text given here, without importing it."""
+
+    def __init__(self, name: str, target: str, help: str) -> None:
+        super().__init__(name, help=help)
+        self.target = target
+
+    def _real(self) -> click.Group:
+        import importlib
+
+        module, attr = self.target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return self._real().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, name: str):
+        return self._real().get_command(ctx, name)
+
+
+main.add_command(_LazyGroup("testbed", "orchestrator.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."))
+
+
 project_option = click.option(
     "--project",
     "project",
@@ -102,12 +126,13 @@ def render(targets: tuple[str, ...], cluster: str | None, out: Path | None, form
     """
     from orchestrator import matrix
     from orchestrator.runner import SubprocessRunner
+    from orchestrator.workspace import SCRIPTS_DIR
 
     runner = SubprocessRunner()
     rendered = matrix.render_matrix(project, cluster, runner, targets, form)  # type: ignore[arg-type]
     if do_check:
         matrix.check_or_raise(rendered, runner, shellcheck=not no_shellcheck)
-    out_dir = out or project / matrix.DEFAULT_OUT / _dir_name(rendered.profile.name)
+    out_dir = out or project / SCRIPTS_DIR / _dir_name(rendered.profile.name)
     matrix.write(rendered, out_dir, replace_all=not targets)
     _summary(rendered.plans)
     checked = " and checked" if do_check else ""

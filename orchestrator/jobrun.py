@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import active, backends, ledger, params, pipeline, profile, render
-from orchestrator.errors import OrchestratorError, PlanError
-from orchestrator.matrix import DEFAULT_OUT, write_script
-from orchestrator.plan import Form, Plan, make_plan, safe_name
+from orchestrator import backends, fingerprint, ledger, pipeline, profile, render
+from orchestrator.errors import OrchestratorError, PipelineError, PlanError
+from orchestrator.matrix import write_script
+from orchestrator.plan import Form, Plan
 from orchestrator.runner import Runner
 from orchestrator.slurmtime import hms
+from orchestrator.workspace import Workspace
 from orchestrator.slurm import JobInfo, State
 
 
@@ -103,23 +104,21 @@ def run_item(
     clock = clock or Clock()
     polling = polling or Polling()
     say = say or _say
-    prm = params.load(ctx.root)
-    name = active.select_cluster(cluster, prm, runner)
-    loaded = active.load_profile(name)
-    prm = prm.for_cluster(name)
-    plan = make_plan(spec, ctx.item, ctx.wdir, loaded, prm.settings, str(ctx.root.resolve()), form)
+    ws = Workspace.open(ctx.root, cluster, runner, form)
+    job = pipeline.Job(pipeline.Item(ctx.item, ctx.item.split("@", 1)[0], "", (), ctx.wdir), spec)
+    plan = ws.plan(job)
     if plan.problems:
-        raise PlanError(f"cannot run {ctx.item} on {name}", plan.problems)
+        raise PlanError(f"cannot run {ctx.item} on {ws.cluster}", plan.problems)
     text = render.render(plan)
-    script = ctx.root / DEFAULT_OUT / safe_name(name) / render.filename(plan)
+    script = ws.script_path(plan)
     write_script(script, text)
-    io = pipeline.stage_io(ctx.root, ctx.item) if ctx.from_dvc else pipeline.StageIO("", ())
-    fingerprint = hashlib.sha256(f"{text}\0{io.inputs_digest}".encode()).hexdigest()
-    backend = backend_for(plan, loaded, ctx.root, runner)
+    fp, outs = _identity(ws, ctx, text)
+    backend = backend_for(plan, ws.profile, ctx.root, runner)
     book = ledger.Ledger(ctx.root)
+    name, loaded = ws.cluster, ws.profile
 
     with book.locked(ctx.item) as records:
-        outcome = _attach(records, fingerprint, backend)
+        outcome = _attach(records, fp, backend)
         if outcome is None:
             problems = backend.preflight(plan)
             if problems:
@@ -127,7 +126,7 @@ def run_item(
             submitted = backend.submit(plan, script)
             record = ledger.Record(
                 item=ctx.item,
-                fingerprint=fingerprint,
+                fingerprint=fp,
                 backend=backend.name,
                 job_id=submitted.job_id,
                 profile=name,
@@ -155,15 +154,32 @@ def run_item(
     outcome.record, outcome.info = record, info
     if info.state != State.COMPLETED:
         raise JobFailed(f"{ctx.item}: job {record.job_id} {info.state.value} ({info.slurm_state}, exit code {info.exit_code})", hints=_log_hints(ctx.root, record))
-    missing = [o for o in io.outs if not (ctx.root / o).exists()]
+    missing = [o for o in outs if not (ctx.root / o).exists()]
     if missing:
         raise JobFailed(f"{ctx.item}: job {record.job_id} succeeded but did not create {', '.join(missing)}", hints=_log_hints(ctx.root, record))
     return outcome
 
 
-def _attach(records: ledger.ItemLedger, fingerprint: str, backend: backends.Backend) -> Outcome | None:
+def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, ...]]:
+    """The item's fingerprint and, inside a DVC stage, its declared outputs."""
+    if not ctx.from_dvc:
+        return fingerprint.digest(text, []), ()
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(ctx.root)) as repo:
+            (stage,) = repo.stage.collect(ctx.item)
+            outs = tuple(os.path.relpath(os.path.join(stage.wdir, o.def_path), ctx.root) for o in stage.outs)
+            script_of = lambda name: text if name == ctx.item else ws.script_of(name)  # noqa: E731
+            return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs
+    except DvcException as exc:
+        raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc
+
+
+def _attach(records: ledger.ItemLedger, fp: str, backend: backends.Backend) -> Outcome | None:
     """The earlier job with this fingerprint, if it is pending, running or succeeded."""
-    earlier = records.latest(fingerprint)
+    earlier = records.latest(fp)
     if earlier is None or earlier.backend != backend.name or backend.name != "slurm":
         return None  # process jobs die with the process that ran them
     if not (earlier.state.active or earlier.state == State.COMPLETED):

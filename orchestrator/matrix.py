@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator import active, binding, check, params, pipeline, profile, render
+from orchestrator import binding, check, pipeline, profile, render
 from orchestrator.errors import CheckError, PlanError
-from orchestrator.plan import Form, Plan, make_plan
+from orchestrator.plan import Form, Plan
 from orchestrator.runner import Runner
-
-DEFAULT_OUT = ".orchestrator/scripts"
+from orchestrator.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -32,14 +31,9 @@ class Rendered:
 
 def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), form: Form | None = None) -> Rendered:
     """Plan and render every orchestrated item; PlanError lists every problem found."""
-    base = params.load(root)
-    name = active.select_cluster(cluster, base, runner)
-    loaded = active.load_profile(name)
-    prm = base.for_cluster(name)
-    items = pipeline.select(pipeline.resolve(root, base.overlay_for(name)), targets)
-    jobs, item_problems = pipeline.jobs(items)
-    workspace = str(root.resolve())
-    plans = tuple(make_plan(j.spec, j.item.name, j.item.wdir, loaded, prm.settings, workspace, form) for j in jobs)
+    ws = Workspace.open(root, cluster, runner, form)
+    jobs, item_problems = pipeline.jobs(ws.items(targets))
+    plans = tuple(ws.plan(j) for j in jobs)
     problems = _grouped(item_problems + [(p.item, msg) for p in plans for msg in p.problems])
     scripts: dict[str, str] = {}
     for plan in plans:
@@ -48,8 +42,8 @@ def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequ
             problems.append(f"{plan.item}: its script name {fname} collides with another item's")
         scripts[fname] = render.render(plan)
     if problems:
-        raise PlanError(f"cannot plan the pipeline for cluster {name!r}", problems)
-    return Rendered(loaded, plans, scripts)
+        raise PlanError(f"cannot plan the pipeline for cluster {ws.cluster!r}", problems)
+    return Rendered(ws.profile, plans, scripts)
 
 
 def check_rendered(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> list[str]:

@@ -10,7 +10,6 @@ own context before the stages are resolved, as ``dvc exp run -S`` would set it.
 from __future__ import annotations
 
 import fnmatch
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,29 +141,3 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
             problems.append((item.name, exc.headline))
     return found, problems
 
-
-@dataclass(frozen=True)
-class StageIO:
-    """What DVC knows of one item's files: a digest of its inputs and its outputs."""
-
-    inputs_digest: str  # of every dependency's DVC hash (and params values)
-    outs: tuple[str, ...]  # relative to the project root
-
-
-def stage_io(root: Path, name: str) -> StageIO:
-    """Hash the item's deps the way DVC does (its state cache makes this cheap)."""
-    import hashlib
-
-    from dvc.exceptions import DvcException
-    from dvc.repo import Repo
-
-    try:
-        with Repo(str(root)) as repo:
-            (stage,) = repo.stage.collect(name)
-            digest = hashlib.sha256()
-            for dep in sorted(stage.deps, key=lambda d: d.def_path):
-                digest.update(f"{dep.def_path}\0{dep.get_hash()}\0".encode())
-            outs = tuple(os.path.relpath(os.path.join(stage.wdir, o.def_path), root) for o in stage.outs)
-    except (DvcException, ValueError) as exc:
-        raise PipelineError(f"DVC cannot read stage {name!r}", _dvc_problems(exc)) from exc
-    return StageIO(digest.hexdigest(), outs)

@@ -22,7 +22,7 @@ def seconds(text: str) -> int:
     for pattern, units in _FORMS:
         m = pattern.fullmatch(s)
         if m:
-            return sum(int(v) * _SECONDS[u] for v, u in zip(m.groups(), units))
+            return sum(int(v) * _SECONDS[u] for v, u in zip(m.groups(), units, strict=True))
     raise ValueError(f"{text!r} is not a Slurm time ({FORMS_HELP})")
 
 

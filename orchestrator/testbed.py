@@ -34,7 +34,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -103,6 +102,12 @@ MUNGE_LOG = Path("/var/log/munge/munged.log")
 MYSQL_LOG = Path("/var/log/mysql/error.log")
 SLURMDBD_LOG = LOG_DIR / "slurmdbd.log"
 SLURMCTLD_LOG = LOG_DIR / "slurmctld.log"
+# The config files each daemon reads at start: a newer file means a restart.
+CONFIG_OF = {
+    "slurmdbd": (ETC / "slurmdbd.conf",),
+    "slurmctld": (ETC / "slurm.conf", ETC / "gres.conf"),
+    "slurmd": (ETC / "slurm.conf", ETC / "gres.conf"),
+}
 PACKAGES = ("munge", "mariadb-server", "slurmdbd", "slurmctld", "slurmd", "slurm-client")
 COMPONENTS = ("munge", "mariadb", "slurmdbd", "slurmctld", "node1", "node2", "account")
 HEADER = "# Written by `orchestrator testbed up` (orchestrator/testbed.py); `up` rewrites it.\n"
@@ -289,6 +294,16 @@ def pids_of(daemon: str, table: list[tuple[int, list[str]]] | None = None) -> li
     return [pid for pid, argv in table if _DAEMONS[daemon](argv)]
 
 
+def started_at(pid: int) -> float:
+    """When process ``pid`` started, in seconds since the epoch (0.0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    except (OSError, IndexError, StopIteration):
+        return 0.0
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: start time in clock ticks
+
+
 def log_tail(path: Path, lines: int = 8) -> list[str]:
     try:
         return path.read_text(errors="replace").splitlines()[-lines:]
@@ -323,14 +338,13 @@ class Testbed:
         self.ensure_packages()
         self.ensure_hosts()
         self.ensure_devices()
-        changed = self.ensure_files()
+        self.ensure_files()
         self.ensure_munge()
         self.ensure_mariadb()
-        self.ensure_slurmdbd(restart=ETC / "slurmdbd.conf" in changed)
+        self.ensure_slurmdbd()
         self.ensure_accounting()  # the cluster must be known before slurmctld registers
-        slurm_changed = bool({ETC / "slurm.conf", ETC / "gres.conf"} & changed)
-        self.ensure_slurmctld(restart=slurm_changed)
-        self.ensure_slurmds(restart=slurm_changed)
+        self.ensure_slurmctld()
+        self.ensure_slurmds()
 
     def ensure_packages(self) -> None:
         if not self.runner.which("apt-get"):
@@ -390,8 +404,10 @@ class Testbed:
         for p in (Path("/run/munge"), Path("/var/log/munge"), Path("/var/lib/munge"), Path("/etc/munge"), key):
             if p.stat().st_uid != munge.pw_uid:
                 os.chown(p, munge.pw_uid, munge.pw_gid)
-        if pids_of("munge") and self.munge_works():
-            return
+        if pids_of("munge"):
+            if self.munge_works():
+                return
+            self.stop("munge")  # running but not answering: start it anew
         self.say("starting munged")
         self.run(["start-stop-daemon", "--start", "--oknodo", "--chuid", "munge", "--exec", "/usr/sbin/munged"], log=MUNGE_LOG)
         self.wait_for("munged", self.munge_works, MUNGE_LOG)
@@ -412,9 +428,12 @@ class Testbed:
             if not pids_of("mariadb"):
                 self.say("starting MariaDB (mysqld_safe)")
                 # mysqld_safe stays in the foreground: start-stop-daemon puts it in the background.
+                # "Already running" is judged by the server binary, not by the name
+                # mysqld_safe: the zombie of a just-stopped mysqld_safe (PID 1 reaps late
+                # here) still bears that name and would block the start.
                 self.run(
-                    ["start-stop-daemon", "--start", "--background", "--name", "mysqld_safe", "--startas", "/usr/bin/mysqld_safe",
-                     "--", "--user=mysql", f"--log-error={MYSQL_LOG}"],
+                    ["start-stop-daemon", "--start", "--background", "--exec", "/usr/sbin/mariadbd",
+                     "--startas", "/usr/bin/mysqld_safe", "--", "--user=mysql", f"--log-error={MYSQL_LOG}"],
                     log=MYSQL_LOG,
                 )  # fmt: skip
             self.wait_for("MariaDB", self.mariadb_works, MYSQL_LOG)
@@ -423,9 +442,19 @@ class Testbed:
     def mariadb_works(self) -> bool:
         return self.run(["mariadb-admin", "--connect-timeout=5", "ping"], check=False, timeout=15).returncode == 0
 
-    def ensure_slurmdbd(self, restart: bool = False) -> None:
-        if restart:
-            self.stop("slurmdbd")
+    def restart_if_stale(self, daemon: str) -> None:
+        """Stop ``daemon`` if it started before its config files last changed (then it is started anew).
+
+        Judged by times rather than by what this run wrote, so a change written by an
+        earlier `up` that failed half-way is still picked up.
+        """
+        changed = max(p.stat().st_mtime for p in CONFIG_OF[daemon.split(":")[0]])
+        if any(started_at(pid) < changed for pid in pids_of(daemon)):
+            self.say(f"{daemon.replace(':', ' -N ')} runs with an older config")
+            self.stop(daemon)
+
+    def ensure_slurmdbd(self) -> None:
+        self.restart_if_stale("slurmdbd")
         if pids_of("slurmdbd") and self.slurmdbd_works():
             return
         if not pids_of("slurmdbd"):
@@ -457,9 +486,8 @@ class Testbed:
             self.say("sacctmgr " + " ".join(step))
             self.run(["sacctmgr", "-i", *step], timeout=30, log=SLURMDBD_LOG)
 
-    def ensure_slurmctld(self, restart: bool = False) -> None:
-        if restart:
-            self.stop("slurmctld")
+    def ensure_slurmctld(self) -> None:
+        self.restart_if_stale("slurmctld")
         if not pids_of("slurmctld"):
             # No -c: the saved state keeps job ids growing across restarts (sacct tells
             # jobs apart by id), and on a first start there is no state to clear anyway.
@@ -475,10 +503,9 @@ class Testbed:
         out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, timeout=20)
         return parse_node_states(out.stdout) if out.returncode == 0 else {}
 
-    def ensure_slurmds(self, restart: bool = False) -> None:
+    def ensure_slurmds(self) -> None:
         for node in self.s.nodes:
-            if restart:
-                self.stop(f"slurmd:{node}")
+            self.restart_if_stale(f"slurmd:{node}")
             if not pids_of(f"slurmd:{node}"):
                 self.say(f"starting slurmd -N {node}")
                 self.run(["slurmd", "-N", node], log=slurmd_log(node))
@@ -605,22 +632,11 @@ def require_root(what: str) -> None:
 # --- command line -------------------------------------------------------------------
 
 
-class _Group(click.Group):
-    """User errors as one message and exit status, also when run outside `orchestrator`."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except OrchestratorError as exc:
-            click.secho(f"error: {exc.render()}", err=True, fg="red")
-            sys.exit(exc.exit_code)
-
-
 def _say(message: str) -> None:
     click.echo(f"testbed: {message}", err=True)
 
 
-@click.group(cls=_Group)
+@click.group()
 def testbed() -> None:
     """A real two-node Slurm cluster on this machine (profile `testbed`), for tests.
 

@@ -48,3 +48,26 @@ def make_project(where: Path, dvc_yaml: str | None = None, params_yaml: str | No
 @pytest.fixture
 def project(tmp_path) -> Path:
     return make_project(tmp_path / "project")
+
+
+@pytest.fixture(scope="session")
+def slurm_testbed():
+    """The project's two-node Slurm testbed, brought up once per session (`orchestrator testbed up`).
+
+    Skips without root or apt-get (the testbed installs Debian packages and starts
+    system daemons), except under CI=true, where that is a failure.
+    """
+    from orchestrator import testbed
+
+    reason = None
+    if os.geteuid() != 0:
+        reason = "the Slurm testbed needs root"
+    elif shutil.which("apt-get") is None:
+        reason = "the Slurm testbed needs Debian's apt-get"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}, and CI=true: CI must run the Slurm tests")
+        pytest.skip(reason)
+    settings = testbed.Settings.for_this_machine()
+    testbed.Testbed(settings, timeout=180).up()
+    return settings

@@ -119,7 +119,7 @@ def test_bad_input_gets_one_clear_message(tmp_path):
             ["command substitution", "single-quote interpolated values"],
         ),
     }
-    for i, (name, (files, cluster, expected)) in enumerate(cases.items()):
+    for i, (files, cluster, expected) in enumerate(cases.values()):
         project = make_project(tmp_path / f"case{i}", **files)
         done = orchestrator("render", "--check", "--no-shellcheck", "--cluster", *cluster, cwd=project)
         assert_clean_failure(done, *expected, project=project)

@@ -1,0 +1,57 @@
+"""A DVC project opened for one cluster profile: the inputs every command shares.
+
+``render``, ``run`` and ``submit`` all start here, so they choose the profile,
+apply the params overlay and plan items in exactly one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from orchestrator import active, params, pipeline, profile, render
+from orchestrator.plan import Form, Plan, make_plan, safe_name
+from orchestrator.runner import Runner
+
+SCRIPTS_DIR = ".orchestrator/scripts"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    cluster: str
+    profile: profile.LoadedProfile
+    params: params.Params  # as they are with this cluster active
+    overlay: Mapping[str, Any] = field(default_factory=dict)
+    form: Form | None = None
+
+    @classmethod
+    def open(cls, root: Path, cluster: str | None, runner: Runner, form: Form | None = None) -> Workspace:
+        base = params.load(root)
+        name = active.select_cluster(cluster, base, runner)
+        return cls(root, name, active.load_profile(name), base.for_cluster(name), base.overlay_for(name), form)
+
+    @property
+    def workspace(self) -> str:
+        return str(self.root.resolve())
+
+    def items(self, targets: Sequence[str] = ()) -> list[pipeline.Item]:
+        return pipeline.select(pipeline.resolve(self.root, self.overlay), targets)
+
+    def plan(self, job: pipeline.Job) -> Plan:
+        return make_plan(job.spec, job.item.name, job.item.wdir, self.profile, self.params.settings, self.workspace, self.form)
+
+    def script_path(self, plan: Plan) -> Path:
+        return self.root / SCRIPTS_DIR / safe_name(self.cluster) / render.filename(plan)
+
+    @cached_property
+    def jobs(self) -> dict[str, pipeline.Job]:
+        """Every orchestrated item of the pipeline, by name (resolved once, on demand)."""
+        found, _ = pipeline.jobs(self.items())
+        return {j.item.name: j for j in found}
+
+    def script_of(self, name: str) -> str:
+        return render.render(self.plan(self.jobs[name]))
