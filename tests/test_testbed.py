@@ -170,7 +170,9 @@ def test_up_without_root_fails_clearly_before_running_anything(monkeypatch):
     with pytest.raises(tb.TestbedError, match="testbed up needs root"):
         tb.Testbed(S, runner).up()
     assert runner.calls == []
-    result = CliRunner().invoke(tb.testbed, ["up"])
+    from orchestrator.cli import main
+
+    result = CliRunner().invoke(main, ["testbed", "up"])
     assert result.exit_code == 1
     assert "needs root" in result.output
 
