@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -123,6 +124,9 @@ def run_item(
             problems = backend.preflight(plan)
             if problems:
                 raise backends.SchedulerError(f"{ctx.item} was not submitted", problems)
+            _remove_stale(ctx.root, outs)  # what DVC does for outputs that do not persist
+            # Slurm opens the log before the script runs: its folder must exist.
+            (ctx.root / plan.log).parent.mkdir(parents=True, exist_ok=True)
             submitted = backend.submit(plan, script)
             record = ledger.Record(
                 item=ctx.item,
@@ -170,11 +174,23 @@ def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, .
     try:
         with Repo(str(ctx.root)) as repo:
             (stage,) = repo.stage.collect(ctx.item)
+            removable = [o.def_path for o in stage.outs if not o.persist]
+            if removable:
+                raise PlanError(f"cannot run {ctx.item}", [pipeline.persist_problem(removable)])
             outs = tuple(os.path.relpath(os.path.join(stage.wdir, o.def_path), ctx.root) for o in stage.outs)
             script_of = lambda name: text if name == ctx.item else ws.script_of(name)  # noqa: E731
             return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs
     except DvcException as exc:
         raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc
+
+
+def _remove_stale(root: Path, outs: tuple[str, ...]) -> None:
+    for out in outs:
+        path = root / out
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 def _attach(records: ledger.ItemLedger, fp: str, backend: backends.Backend) -> Outcome | None:

@@ -30,7 +30,7 @@ class Item:
     cmd: str
     outs: tuple[str, ...]
     wdir: str  # relative to the project root; "" for the root
-
+    removable: tuple[str, ...] = ()  # outs without `persist: true`
 
 @dataclass(frozen=True)
 class Job:
@@ -79,20 +79,26 @@ def _item(name: str, data: Mapping[str, Any]) -> Item:
     cmd = data.get("cmd", "")
     if isinstance(cmd, list):
         cmd = " && ".join(cmd)  # several commands: never a plain orchestrator call
+    entries = [e for key in ("outs", "metrics", "plots") for e in _entries(data.get(key, ()))]
     return Item(
         name=name,
         group=name.split("@", 1)[0],
         cmd=str(cmd),
-        outs=tuple(_paths(data.get("outs", ())) + _paths(data.get("metrics", ())) + _paths(data.get("plots", ()))),
+        outs=tuple(path for path, _ in entries),
         wdir=str(data.get("wdir", "") or "").strip("./"),
+        removable=tuple(path for path, flags in entries if not flags.get("persist")),
     )
 
 
-def _paths(entries: Sequence[Any]) -> list[str]:
-    out = []
+def _entries(entries: Sequence[Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(path, flags) of each out; flags such as cache or persist may follow a path."""
+    found = []
     for entry in entries or ():
-        out.extend(entry.keys() if isinstance(entry, Mapping) else [entry])
-    return [str(p) for p in out]
+        if isinstance(entry, Mapping):
+            found += [(str(path), flags or {}) for path, flags in entry.items()]
+        else:
+            found.append((str(entry), {}))
+    return found
 
 
 def select(items: Sequence[Item], targets: Sequence[str]) -> list[Item]:
@@ -112,6 +118,14 @@ def select(items: Sequence[Item], targets: Sequence[str]) -> list[Item]:
             hints=[f"stages: {', '.join(names) or '(none)'}", "a target is a stage name, an item name (stage@...) or a glob such as 'benchmark@*-key3'"],
         )
     return chosen
+
+
+def persist_problem(paths: Sequence[str]) -> str:
+    return (
+        f"declare its outputs `persist: true` ({', '.join(paths)}): DVC deletes other outputs before it runs a "
+        "stage, so a `dvc repro` re-run while the job runs would delete the job's work; the orchestrator removes "
+        "stale outputs itself before it submits a new job"
+    )
 
 
 def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
@@ -134,6 +148,9 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
         args = spec.run_args_of(argv)
         if args is None:
             problems.append((item.name, "its cmd mentions the orchestrator but does not start with `orchestrator run`"))
+            continue
+        if item.removable:
+            problems.append((item.name, persist_problem(item.removable)))
             continue
         try:
             found.append(Job(item, spec.parse_run_args(args, "bad `orchestrator run` arguments")))

@@ -189,3 +189,10 @@ def test_full_render_removes_scripts_of_items_gone_and_targets_keep_them(project
     assert (out / "notes.txt").read_text() == "mine"
     assert len(list(out.glob("*.sbatch"))) == 10
     assert all(oct(p.stat().st_mode & 0o777) == "0o755" for p in out.glob("*.sbatch"))
+
+
+def test_orchestrated_outputs_must_persist(tmp_path):
+    dvc_yaml = (ROOT / "dvc.yaml").read_text().split("    # persist:")[0] + "    outs:\n      - results/x\n"
+    project = make_project(tmp_path / "p", dvc_yaml=dvc_yaml)
+    done = orchestrator("render", cwd=project)
+    assert_clean_failure(done, "declare its outputs `persist: true` (results/x)", "would delete the job's work", project=project)

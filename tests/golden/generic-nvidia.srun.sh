@@ -5,7 +5,7 @@
 # on cluster profile generic-nvidia (built-in).
 # Do not edit: change dvc.yaml, params.yaml or the profile and run `orchestrator render`.
 # Run by hand from the workspace:
-#   cd /work/project && bash <this script>
+#   cd /work/project && mkdir -p .orchestrator/logs && bash <this script>
 # Blocking form: srun allocates, runs every task and returns its exit status.
 
 set -euo pipefail

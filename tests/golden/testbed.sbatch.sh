@@ -18,7 +18,7 @@
 # on cluster profile testbed (built-in).
 # Do not edit: change dvc.yaml, params.yaml or the profile and run `orchestrator render`.
 # Run by hand from the workspace:
-#   cd /work/project && sbatch <this script>
+#   cd /work/project && mkdir -p .orchestrator/logs && sbatch <this script>
 
 set -euo pipefail
 # Variables leaked from an outer container (a python inside a SIF sets them for
