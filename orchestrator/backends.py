@@ -41,7 +41,7 @@ class Backend(Protocol):
 
     def preflight(self, plan: Plan) -> list[str]: ...
 
-    def submit(self, plan: Plan, script: Path) -> Submitted: ...
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = ()) -> Submitted: ...
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]: ...
 
@@ -59,7 +59,9 @@ class ProcessBackend:
     def preflight(self, plan: Plan) -> list[str]:
         return []
 
-    def submit(self, plan: Plan, script: Path) -> Submitted:
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = ()) -> Submitted:
+        if after:
+            raise ValueError("a process backend runs jobs one at a time; it cannot wait for others")
         # Output goes to our stdout/stderr (DVC shows it); the script tees a log itself.
         child = subprocess.Popen(["bash", str(script)], cwd=self.root)
         job_id = f"{self.name}-{child.pid}"
@@ -119,10 +121,11 @@ class SbatchBackend:
             self._checked.add(key)
         return problems
 
-    def submit(self, plan: Plan, script: Path) -> Submitted:
-        done = self._run(slurm.sbatch_argv(str(script)), timeout=120)
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = ()) -> Submitted:
+        argv = slurm.sbatch_argv(str(script), after)
+        done = self._run(argv, timeout=120)
         if done.returncode != 0:
-            raise SchedulerError(f"sbatch refused {plan.item}: {done.stderr.strip() or done.stdout.strip()}", hints=[f"command: {' '.join(slurm.sbatch_argv(str(script)))}"])
+            raise SchedulerError(f"sbatch refused {plan.item}: {done.stderr.strip() or done.stdout.strip()}", hints=[f"command: {' '.join(argv)}"])
         try:
             job_id = slurm.parse_sbatch(done.stdout)
         except ValueError as exc:

@@ -161,6 +161,33 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
     jobrun.run_item(ctx, spec_from_options(options), cluster, form, SubprocessRunner())  # type: ignore[arg-type]
 
 
+# --- submit ------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("targets", nargs=-1)
+@click.option("--cluster", "-c", default=None, help="Profile name or file (default: params.yaml, else Slurm's ClusterName).")
+@project_option
+def submit(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
+    """Submit every stale orchestrated item at once and return (you may log out).
+
+    Downstream items wait for their upstream jobs (--dependency=afterok). A last
+    small job records the results in DVC when all have ended (profiles with a
+    service_partition); otherwise run `dvc repro` then: it attaches to the jobs.
+    """
+    from orchestrator import submission
+    from orchestrator.runner import SubprocessRunner
+
+    done = submission.submit(project, cluster, SubprocessRunner(), targets, say=lambda line: click.echo(f"orchestrator: {line}", err=True))
+    if not done:
+        click.echo("nothing to submit: every orchestrated stage is up to date")
+        return
+    _table(
+        ("item", "job", "state", "after"),
+        [(s.item, s.job_id, ("attached, " if s.attached else "") + s.state.value, ",".join(s.after) or "-") for s in done],
+    )
+
+
 # --- status, logs, cancel ---------------------------------------------------------
 
 

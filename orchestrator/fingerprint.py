@@ -52,14 +52,9 @@ def producers(root: Path) -> dict[str, str]:
     return found
 
 
-def producer_of(path: str, outputs: dict[str, str]) -> str | None:
-    """The item producing ``path``, or an output inside it, or a folder holding it."""
-    if path in outputs:
-        return outputs[path]
-    for out, item in outputs.items():
-        if path.startswith(out + "/") or out.startswith(path + "/"):
-            return item
-    return None
+def producers_of(path: str, outputs: dict[str, str]) -> list[str]:
+    """The items producing ``path``, a folder holding it, or outputs inside it."""
+    return sorted({item for out, item in outputs.items() if out == path or path.startswith(out + "/") or out.startswith(path + "/")})
 
 
 class Fingerprinter:
@@ -86,9 +81,9 @@ class Fingerprinter:
         inputs = []
         for dep in stage.deps:
             path = os.path.normpath(os.path.join(wdir, dep.def_path))
-            upstream = producer_of(path, self.outputs)
-            if upstream and upstream != name:
-                inputs.append((path, "item:" + self.of(upstream, (*_chain, name))))
+            upstream = [u for u in producers_of(path, self.outputs) if u != name]
+            if upstream:
+                inputs += [(path, "item:" + self.of(u, (*_chain, name))) for u in upstream]
             else:
                 inputs.append((path, str(dep.get_hash())))
         self._memo[name] = digest(self.script_of(name), inputs)

@@ -27,6 +27,10 @@ from orchestrator.workspace import Workspace
 from orchestrator.slurm import JobInfo, State
 
 
+# Set by the recording job of `orchestrator submit`: attach to finished jobs, never submit.
+ATTACH_ONLY = "ORCH_ATTACH_ONLY"
+
+
 class JobFailed(OrchestratorError):
     """The job ran and failed: the stage fails with the job's id, exit code and log."""
 
@@ -116,31 +120,22 @@ def run_item(
     fp, outs = _identity(ws, ctx, text)
     backend = backend_for(plan, ws.profile, ctx.root, runner)
     book = ledger.Ledger(ctx.root)
-    name, loaded = ws.cluster, ws.profile
 
     with book.locked(ctx.item) as records:
-        outcome = _attach(records, fp, backend)
+        outcome = attach(records, fp, backend)
         if outcome is None:
+            if os.environ.get(ATTACH_ONLY) == "1":
+                raise JobFailed(f"{ctx.item}: no finished or running job with this script and inputs to record (attach-only mode: nothing is submitted)")
             problems = backend.preflight(plan)
             if problems:
                 raise backends.SchedulerError(f"{ctx.item} was not submitted", problems)
-            _remove_stale(ctx.root, outs)  # what DVC does for outputs that do not persist
+            remove_stale(ctx.root, outs)  # what DVC does for outputs that do not persist
             # Slurm opens the log before the script runs: its folder must exist.
             (ctx.root / plan.log).parent.mkdir(parents=True, exist_ok=True)
             submitted = backend.submit(plan, script)
-            record = ledger.Record(
-                item=ctx.item,
-                fingerprint=fp,
-                backend=backend.name,
-                job_id=submitted.job_id,
-                profile=name,
-                script=os.path.relpath(script, ctx.root),
-                submitted_at=clock.now(),
-                log=submitted.log,
-                provenance=_provenance(ctx.root, runner, loaded, text),
-            )
+            record = new_record(ctx.item, fp, backend.name, submitted, ws, script, text, clock.now(), runner)
             records.append(record)
-            say(f"{ctx.item}: submitted job {submitted.job_id} on {name} ({plan.nodes}x{plan.tasks_per_node}); log {submitted.log}")
+            say(f"{ctx.item}: submitted job {submitted.job_id} on {ws.cluster} ({plan.nodes}x{plan.tasks_per_node}); log {submitted.log}")
             outcome = Outcome(record, attached=False)
         else:
             say(f"{ctx.item}: attached to job {outcome.record.job_id} ({outcome.record.state.value}), submitted earlier with the same script and inputs")
@@ -184,7 +179,21 @@ def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, .
         raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc
 
 
-def _remove_stale(root: Path, outs: tuple[str, ...]) -> None:
+def new_record(item: str, fp: str, backend: str, submitted, ws: Workspace, script: Path, text: str, now: float, runner: Runner) -> ledger.Record:
+    return ledger.Record(
+        item=item,
+        fingerprint=fp,
+        backend=backend,
+        job_id=submitted.job_id,
+        profile=ws.cluster,
+        script=os.path.relpath(script, ws.root),
+        submitted_at=now,
+        log=submitted.log,
+        provenance=_provenance(ws.root, runner, ws.profile, text),
+    )
+
+
+def remove_stale(root: Path, outs: tuple[str, ...]) -> None:
     for out in outs:
         path = root / out
         if path.is_dir() and not path.is_symlink():
@@ -193,7 +202,7 @@ def _remove_stale(root: Path, outs: tuple[str, ...]) -> None:
             path.unlink()
 
 
-def _attach(records: ledger.ItemLedger, fp: str, backend: backends.Backend) -> Outcome | None:
+def attach(records: ledger.ItemLedger, fp: str, backend: backends.Backend) -> Outcome | None:
     """The earlier job with this fingerprint, if it is pending, running or succeeded."""
     earlier = records.latest(fp)
     if earlier is None or earlier.backend != backend.name or backend.name != "slurm":

@@ -55,6 +55,9 @@ class Scheduler:
     default_time: str = "01:00:00"
     requeue_signal: str | None = "USR1@90"
     partitions: dict[str, Partition] = field(default_factory=dict)
+    # Where the small job that records a detached submit's results runs (a cheap
+    # CPU partition); None: run `dvc repro` yourself when the jobs end.
+    service_partition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,8 @@ def problems(p: Profile) -> list[str]:
             found.append(f"{what}: {value!r} is not a Slurm time ({slurmtime.FORMS_HELP})")
     if s.requeue_signal is not None and not _SIGNAL.fullmatch(s.requeue_signal):
         found.append(f"scheduler.requeue_signal {s.requeue_signal!r}: expected [B:]SIGNAL@SECONDS such as USR1@90")
+    if s.service_partition is not None and not _DIRECTIVE_SAFE.fullmatch(s.service_partition):
+        found.append(f"scheduler.service_partition {s.service_partition!r} has characters Slurm directives cannot carry")
     for key, part in s.partitions.items():
         for what, value in [("name", key), ("qos", part.qos), ("constraint", part.constraint)]:
             if value is not None and not _DIRECTIVE_SAFE.fullmatch(value):

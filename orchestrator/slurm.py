@@ -84,8 +84,12 @@ SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "ElapsedRaw", "NNodes", "NodeLi
 SQUEUE_FORMAT = "%i|%T|%M|%D|%N|%r"
 
 
-def sbatch_argv(script: str) -> list[str]:
-    return ["sbatch", "--parsable", script]
+def sbatch_argv(script: str, after: Iterable[str] = ()) -> list[str]:
+    """Submit ``script``; with ``after``, once those jobs succeed (and never if one fails)."""
+    after = list(after)
+    if not after:
+        return ["sbatch", "--parsable", script]
+    return ["sbatch", "--parsable", f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes", script]
 
 
 def sacct_argv(job_ids: Iterable[str]) -> list[str]:

@@ -16,7 +16,8 @@ from orchestrator import active, params, pipeline, profile, render
 from orchestrator.plan import Form, Plan, make_plan, safe_name
 from orchestrator.runner import Runner
 
-SCRIPTS_DIR = ".orchestrator/scripts"
+STATE_DIR = ".orchestrator"  # scripts, logs, ledger, caches: this workspace's, never committed
+SCRIPTS_DIR = f"{STATE_DIR}/scripts"
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Workspace:
 
     @classmethod
     def open(cls, root: Path, cluster: str | None, runner: Runner, form: Form | None = None) -> Workspace:
+        _ignore_state(root)
         base = params.load(root)
         name = active.select_cluster(cluster, base, runner)
         return cls(root, name, active.load_profile(name), base.for_cluster(name), base.overlay_for(name), form)
@@ -55,3 +57,11 @@ class Workspace:
 
     def script_of(self, name: str) -> str:
         return render.render(self.plan(self.jobs[name]))
+
+
+def _ignore_state(root: Path) -> None:
+    """Keep git (and so DVC) away from our state folder, whatever the project's .gitignore says."""
+    marker = root / STATE_DIR / ".gitignore"
+    if not marker.exists() and (root / pipeline.PIPELINE_FILE).exists():
+        marker.parent.mkdir(exist_ok=True)
+        marker.write_text("# Written by orchestrator: scripts, logs and the ledger are local state.\n*\n")

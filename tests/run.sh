@@ -18,5 +18,5 @@ if ((${#missing[@]})); then
   fi
 fi
 
-python3 -m pip install -q -e '.[test]'
+python3 -m pip install -q -e '.[train,test]'
 exec python3 -m pytest "$@"

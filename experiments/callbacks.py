@@ -1,0 +1,75 @@
+"""Lightning callbacks through which a run reports on itself: where its ranks run, how fast it steps."""
+
+from __future__ import annotations
+
+import time
+
+import pytorch_lightning as pl
+import torch
+
+
+def cluster_environment(trainer: pl.Trainer) -> str:
+    """The class name of the cluster environment Lightning detected (SLURMEnvironment under Slurm).
+
+    Read from the accelerator connector: single-device strategies have no
+    ``cluster_environment`` of their own, yet Lightning still detects one.
+    """
+    return type(trainer._accelerator_connector.cluster_environment).__name__
+
+
+class RankReport(pl.Callback):
+    """One line from every rank once the process group is up, so a log shows the job's layout.
+
+    The format (``rank 3/4 env=SLURMEnvironment node_rank=1 local_rank=1``) is
+    checked by the Slurm tests; keep it stable.
+    """
+
+    def __init__(self, headline: str):
+        self.headline = headline  # printed by global rank 0 first
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        env = cluster_environment(trainer)
+        if trainer.is_global_zero:
+            print(f"cluster_environment={env} world_size={trainer.world_size} global_rank=0 {self.headline}", flush=True)
+        print(
+            f"rank {trainer.global_rank}/{trainer.world_size} env={env} node_rank={trainer.node_rank} local_rank={trainer.local_rank}",
+            flush=True,
+        )
+
+
+class StepTimer(pl.Callback):
+    """Wall time of the training steps after ``warmup_steps``, up to ``trainer.max_steps``.
+
+    The first steps pay for allocator growth, kernel selection and DDP's bucket
+    set-up, so they are left out. The clock reads only at the two ends (the device
+    synchronised there), so timing adds nothing to the steps themselves;
+    validation, which runs after the last step, is outside.
+    """
+
+    def __init__(self, warmup_steps: int):
+        self.warmup_steps = warmup_steps
+        self.timed_steps = 0
+        self.elapsed_s = 0.0
+        self._start = 0.0
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
+        if trainer.global_step == self.warmup_steps:
+            _synchronize(pl_module.device)
+            self._start = time.perf_counter()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
+    ) -> None:
+        if trainer.global_step == trainer.max_steps:
+            _synchronize(pl_module.device)
+            self.elapsed_s = time.perf_counter() - self._start
+            self.timed_steps = trainer.max_steps - self.warmup_steps
+
+    @property
+    def mean_step_time_s(self) -> float:
+        return self.elapsed_s / self.timed_steps
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
