@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 
 import pytorch_lightning as pl
@@ -20,8 +22,9 @@ def cluster_environment(trainer: pl.Trainer) -> str:
 class RankReport(pl.Callback):
     """One line from every rank once the process group is up, so a log shows the job's layout.
 
-    The format (``rank 3/4 env=SLURMEnvironment node_rank=1 local_rank=1``) is
-    checked by the Slurm tests; keep it stable.
+    The format (``rank 3/4 env=SLURMEnvironment node_rank=1 local_rank=1 cpus=1``)
+    is checked by the Slurm tests; keep it stable. ``cpus`` are the CPUs the
+    process may run on: the CPU mask Slurm applied.
     """
 
     def __init__(self, headline: str):
@@ -32,7 +35,8 @@ class RankReport(pl.Callback):
         if trainer.is_global_zero:
             print(f"cluster_environment={env} world_size={trainer.world_size} global_rank=0 {self.headline}", flush=True)
         print(
-            f"rank {trainer.global_rank}/{trainer.world_size} env={env} node_rank={trainer.node_rank} local_rank={trainer.local_rank}",
+            f"rank {trainer.global_rank}/{trainer.world_size} env={env} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
+            f"cpus={','.join(map(str, sorted(os.sched_getaffinity(0))))} host={socket.gethostname()} node={os.environ.get('SLURMD_NODENAME', '-')}",
             flush=True,
         )
 

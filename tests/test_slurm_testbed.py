@@ -150,3 +150,102 @@ def test_unreachable_controller_and_wrong_cluster_are_clear_errors(slurm_testbed
     lumi_like.write_text(Path(__file__).parent.parent.joinpath("orchestrator/profiles/testbed.yaml").read_text().replace("cluster_name: testbed", "cluster_name: lumi"))
     done = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--cluster", str(lumi_like), "--name", "x", "--", "true"], cwd=project, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "ClusterName is 'testbed', but the profile is for 'lumi'" in done.stderr
+
+
+def lightning_project(root: Path) -> Path:
+    """The shipped pipeline, as it runs on the testbed profile (its params overlay applied)."""
+    from conftest import ROOT
+
+    import shutil
+
+    project = make_project(root, dvc_yaml=(ROOT / "dvc.yaml").read_text(), params_yaml=(ROOT / "params.yaml").read_text().replace("cluster: local ", "cluster: testbed "))
+    shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["benchmark"].update(params["clusters"]["testbed"]["benchmark"], max_steps=10)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return project
+
+
+@pytest.mark.slow
+def test_lightning_ddp_over_two_nodes_on_the_shipped_pipeline(slurm_testbed, tmp_path):
+    require_torch()
+    project = lightning_project(tmp_path / "p")
+    since = time.time()
+    done = dvc(project, "repro", timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    metrics = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/metrics.json").read_text())
+    assert metrics["world_size"] == 4 and metrics["cluster_environment"] == "SLURMEnvironment"
+    log = next((project / ".orchestrator/logs").glob("benchmark@pydoc-topics-tiny-device_cfg1-*.log")).read_text()
+    ranks = [line.split() for line in log.splitlines() if line.startswith("rank ") and "env=" in line]
+    assert sorted(r[1] for r in ranks) == ["0/4", "1/4", "2/4", "3/4"], log[-3000:]
+    fields = [dict(kv.split("=", 1) for kv in r[2:]) for r in ranks]
+    assert {f["env"] for f in fields} == {"SLURMEnvironment"}
+    assert {f["node"] for f in fields} == {"node1", "node2"}
+    # Each task's allowed CPUs are its rendered mask: 0x1 for local rank 0, 0x2 for local rank 1.
+    assert all(f["cpus"] == f["local_rank"] for f in fields), fields
+    jobs = jobs_of(ACCOUNT, since)
+    assert sorted(j[1] for j in jobs) == ["benchmark@pydoc-topics-tiny-device_cfg0", "benchmark@pydoc-topics-tiny-device_cfg1"]
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    entry = lock["stages"]["benchmark@pydoc-topics-tiny-device_cfg1"]
+    assert {o["path"] for o in entry["outs"]} >= {"results/benchmark/pydoc-topics/tiny/2x2/model", "results/benchmark/pydoc-topics/tiny/2x2/metrics.json"}
+
+
+def require_torch():
+    try:
+        import pytorch_lightning  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("pytorch_lightning is not installed, and CI=true: the test command installs the train extra")
+        pytest.skip("pytorch_lightning is not installed")
+
+
+def test_detached_submit_returns_at_once_and_records_everything(slurm_testbed, tmp_path):
+    project = probe_project(tmp_path / "p", [(1, 1), (1, 2), (2, 1), (2, 2)])
+    since = time.time()
+    start = time.monotonic()
+    env = {**os.environ, "PROBE_SLEEP": "3"}
+    first = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    second = subprocess.Popen([sys.executable, "-m", "orchestrator", "submit"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out1, err1 = first.communicate(timeout=60)
+    out2, err2 = second.communicate(timeout=60)
+    assert first.returncode == 0 and second.returncode == 0, err1 + err2
+    assert time.monotonic() - start < 30  # it submits and returns; it does not wait for the jobs
+    for proc in (first, second):  # nothing of ours stays behind on the login node
+        assert subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True).stdout == b""
+    deadline = time.time() + 240
+    lock = {}
+    while time.time() < deadline:
+        if (project / "dvc.lock").exists():
+            lock = yaml.safe_load((project / "dvc.lock").read_text()) or {}
+            if len(lock.get("stages", {})) == 4:
+                break
+        time.sleep(2)
+    assert len(lock.get("stages", {})) == 4, (out1, err1, out2, err2)
+    status = dvc(project, "status")
+    assert "up to date" in status.stdout, status.stdout
+    names = sorted(j[1] for j in jobs_of(ACCOUNT, since))
+    # one job per item although two submits ran at once, and one recording job
+    assert names == ["orchestrator-record", "probe@layout0", "probe@layout1", "probe@layout2", "probe@layout3"], names
+
+
+def test_submit_chains_downstream_items_and_cancel_stops_them(slurm_testbed, tmp_path):
+    project = probe_project(tmp_path / "p", [(1, 1)])
+    stages = yaml.safe_load((project / "dvc.yaml").read_text())
+    stages["stages"]["after"] = {
+        "cmd": "orchestrator run -- python probe.py later",
+        "deps": ["out"],
+        "outs": [{"later": {"persist": True}}],
+    }
+    (project / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
+    done = subprocess.run([sys.executable, "-m", "orchestrator", "submit"], cwd=project, capture_output=True, text=True, env={**os.environ, "PROBE_SLEEP": "30"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ledger_after = json.loads((project / ".orchestrator/ledger/after.json").read_text())["records"][-1]
+    first = json.loads((project / ".orchestrator/ledger/probe@layout0.json").read_text())["records"][-1]
+    assert f"after {first['job_id']}" in done.stderr
+    dependency = subprocess.run(["squeue", "-h", "-j", ledger_after["job_id"], "-o", "%E"], capture_output=True, text=True).stdout
+    assert f"afterok:{first['job_id']}" in dependency
+    cancelled = subprocess.run([sys.executable, "-m", "orchestrator", "cancel"], cwd=project, capture_output=True, text=True)
+    assert cancelled.returncode == 0 and "cancelled 3 job(s)" in cancelled.stdout, cancelled.stdout + cancelled.stderr
+    time.sleep(3)
+    status = subprocess.run([sys.executable, "-m", "orchestrator", "status"], cwd=project, capture_output=True, text=True)
+    assert status.stdout.count("cancelled") == 3, status.stdout  # two items and the recording job
