@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import getpass
 import os
+import socket
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +57,7 @@ class ProcessBackend:
         self.root = root
         self.name = name
         self._children: dict[str, subprocess.Popen] = {}
+        self._started: dict[str, float] = {}
 
     def preflight(self, plan: Plan) -> list[str]:
         return []
@@ -66,6 +69,7 @@ class ProcessBackend:
         child = subprocess.Popen(["bash", str(script)], cwd=self.root)
         job_id = f"{self.name}-{child.pid}"
         self._children[job_id] = child
+        self._started[job_id] = time.monotonic()
         return Submitted(job_id, plan.log.replace("%j", "local" if self.name == "local" else "%j"))
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
@@ -79,10 +83,12 @@ class ProcessBackend:
                 found[job_id] = JobInfo(job_id, State.RUNNING if alive else State.UNKNOWN, "process")
                 continue
             rc = child.poll()
+            elapsed = int(time.monotonic() - self._started[job_id])
             if rc is None:
-                found[job_id] = JobInfo(job_id, State.RUNNING, "process")
+                found[job_id] = JobInfo(job_id, State.RUNNING, "process", elapsed_s=elapsed)
             else:
-                found[job_id] = JobInfo(job_id, State.COMPLETED if rc == 0 else State.FAILED, "process", exit_code=rc)
+                state = State.COMPLETED if rc == 0 else State.FAILED
+                found[job_id] = JobInfo(job_id, state, "process", exit_code=rc, elapsed_s=elapsed, nodes=1, nodelist=socket.gethostname())
         return found
 
     def cancel(self, job_ids: Sequence[str]) -> None:

@@ -250,6 +250,18 @@ def logs(item: str, follow: bool, project: Path) -> None:
 
 
 @main.command()
+@click.argument("item")
+@project_option
+def show(item: str, project: Path) -> None:
+    """How ITEM's newest job was produced: code, profile, script, job, nodes; and how to re-run it."""
+    from orchestrator import ledger, provenance, yamlio
+    from orchestrator import status as st
+
+    record = st.one(project, item)
+    click.echo(yamlio.dump(provenance.of(record, ledger.Ledger(project).records(record.item))), nl=False)
+
+
+@main.command()
 @click.argument("targets", nargs=-1)
 @project_option
 def cancel(targets: tuple[str, ...], project: Path) -> None:

@@ -8,7 +8,6 @@ The script run is the script ``render`` writes, byte for byte: both go through
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -17,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import backends, fingerprint, ledger, pipeline, profile, render
+from orchestrator import backends, fingerprint, ledger, pipeline, profile, provenance, render
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
 from orchestrator.matrix import write_script
 from orchestrator.plan import Form, Plan
@@ -117,7 +116,7 @@ def run_item(
     text = render.render(plan)
     script = ws.script_path(plan)
     write_script(script, text)
-    fp, outs = _identity(ws, ctx, text)
+    fp, outs, metrics = _identity(ws, ctx, text)
     backend = backend_for(plan, ws.profile, ctx.root, runner)
     book = ledger.Ledger(ctx.root)
 
@@ -149,6 +148,7 @@ def run_item(
             nodelist=info.nodelist or outcome.record.nodelist,
             nodes=info.nodes or outcome.record.nodes,
             elapsed_s=info.elapsed_s,
+            requeues=info.requeues,
         )
     outcome.record, outcome.info = record, info
     if info.state != State.COMPLETED:
@@ -156,13 +156,14 @@ def run_item(
     missing = [o for o in outs if not (ctx.root / o).exists()]
     if missing:
         raise JobFailed(f"{ctx.item}: job {record.job_id} succeeded but did not create {', '.join(missing)}", hints=_log_hints(ctx.root, record))
+    provenance.write_beside(ctx.root, metrics, provenance.of(record, book.records(ctx.item)))
     return outcome
 
 
-def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, ...]]:
-    """The item's fingerprint and, inside a DVC stage, its declared outputs."""
+def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The item's fingerprint and, inside a DVC stage, its declared outputs and metrics files."""
     if not ctx.from_dvc:
-        return fingerprint.digest(text, []), ()
+        return fingerprint.digest(text, []), (), ()
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
@@ -173,8 +174,9 @@ def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, .
             if removable:
                 raise PlanError(f"cannot run {ctx.item}", [pipeline.persist_problem(removable)])
             outs = tuple(os.path.relpath(os.path.join(stage.wdir, o.def_path), ctx.root) for o in stage.outs)
+            metrics = tuple(path for path, o in zip(outs, stage.outs, strict=True) if o.metric)
             script_of = lambda name: text if name == ctx.item else ws.script_of(name)  # noqa: E731
-            return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs
+            return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
     except DvcException as exc:
         raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc
 
@@ -189,7 +191,7 @@ def new_record(item: str, fp: str, backend: str, submitted, ws: Workspace, scrip
         script=os.path.relpath(script, ws.root),
         submitted_at=now,
         log=submitted.log,
-        provenance=_provenance(ws.root, runner, ws.profile, text),
+        provenance=provenance.at_submission(ws.root, runner, ws.profile, text),
     )
 
 
@@ -255,23 +257,6 @@ def _log_hints(root: Path, record: ledger.Record, lines: int = 20) -> list[str]:
     except FileNotFoundError:
         return [*hints, "(the log does not exist)"]
     return [*hints, f"last {len(tail)} lines:", *(f"| {line}" for line in tail)]
-
-
-def _provenance(root: Path, runner: Runner, loaded: profile.LoadedProfile, script: str) -> dict:
-    """How this result is produced: code version, profile and script, by hash."""
-    prov = {
-        "profile": loaded.name,
-        "profile_source": loaded.source,
-        "profile_sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
-        "script_sha256": hashlib.sha256(script.encode()).hexdigest(),
-    }
-    if runner.which("git"):
-        head = runner.run(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
-        if head.returncode == 0:
-            dirty = runner.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=30)
-            prov["git_commit"] = head.stdout.strip()
-            prov["git_dirty"] = bool(dirty.stdout.strip())
-    return prov
 
 
 def _say(line: str) -> None:

@@ -76,6 +76,7 @@ class JobInfo:
     nodes: int | None = None
     nodelist: str | None = None
     reason: str | None = None
+    requeues: int = 0  # earlier runs of the same job id (sacct --duplicates lists each)
 
 
 # --- argv ----------------------------------------------------------------------
@@ -93,8 +94,9 @@ def sbatch_argv(script: str, after: Iterable[str] = ()) -> list[str]:
 
 
 def sacct_argv(job_ids: Iterable[str]) -> list[str]:
-    # -X: the allocation only, not every step; -P: '|'-separated, no padding.
-    return ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), f"--format={','.join(SACCT_FIELDS)}"]
+    # -X: the allocation only, not every step; -P: '|'-separated, no padding;
+    # -D: every run of a requeued job, oldest first (so we can count requeues).
+    return ["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(job_ids), f"--format={','.join(SACCT_FIELDS)}"]
 
 
 def squeue_argv(job_ids: Iterable[str]) -> list[str]:
@@ -121,11 +123,13 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
     """Jobs from ``sacct -X -n -P --format=<SACCT_FIELDS>`` (the last line per job wins:
     a requeued job is listed once per run, newest last)."""
     jobs: dict[str, JobInfo] = {}
+    runs: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) != len(SACCT_FIELDS):
             continue
         job_id, state, exit_code, elapsed, nnodes, nodelist, reason = parts
+        runs[job_id] = runs.get(job_id, 0) + 1
         code, sig = _exit_code(exit_code)
         st = state_of(state)
         jobs[job_id] = JobInfo(
@@ -138,6 +142,7 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
             nodes=int(nnodes) if nnodes.isdigit() else None,
             nodelist=None if nodelist in ("", "None assigned") else nodelist,
             reason=None if reason in ("", "None") else reason,
+            requeues=runs[job_id] - 1,
         )
     return jobs
 

@@ -77,11 +77,17 @@ def cancel(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[str]
     return [r.job_id for r in active.values()]
 
 
-def log_path(root: Path, item: str) -> Path:
+def one(root: Path, item: str) -> ledger.Record:
+    """The newest record of the one item ``item`` names."""
     records = latest(root, [item])
     if len(records) != 1:
         raise OrchestratorError(f"{item!r} matches {len(records)} items; name one", hints=sorted(records))
     (rec,) = records.values()
+    return rec
+
+
+def log_path(root: Path, item: str) -> Path:
+    rec = one(root, item)
     if not rec.log:
         raise OrchestratorError(f"{item}: job {rec.job_id} has no log")
     return root / rec.log

@@ -19,11 +19,11 @@ SACCT = """\
 
 def test_parse_sacct():
     jobs = slurm.parse_sacct(SACCT)
-    assert jobs["41"] == slurm.JobInfo("41", State.COMPLETED, "COMPLETED", 0, 0, 12, 2, "node[1-2]", None)
+    assert jobs["41"] == slurm.JobInfo("41", State.COMPLETED, "COMPLETED", 0, 0, 12, 2, "node[1-2]", None, requeues=0)
     assert (jobs["42"].state, jobs["42"].exit_code, jobs["42"].reason) == (State.FAILED, 1, "NonZeroExitCode")
     assert jobs["43"].state == State.CANCELLED and jobs["43"].nodelist is None and jobs["43"].signal == 15
     assert jobs["44"].state == State.RUNNING and jobs["44"].exit_code is None  # not final yet
-    assert jobs["45"].state == State.PENDING  # the newest line of a requeued job wins
+    assert jobs["45"].state == State.PENDING and jobs["45"].requeues == 1  # the newest run of a requeued job wins
     assert jobs["46"].state == State.FAILED
     assert jobs["47"].state == State.UNKNOWN
 
@@ -58,5 +58,5 @@ def test_config_value():
 
 
 def test_argv_are_lists_of_words():
-    assert slurm.sacct_argv(["1", "2"])[:6] == ["sacct", "-X", "-n", "-P", "-j", "1,2"]
+    assert slurm.sacct_argv(["1", "2"])[:7] == ["sacct", "-X", "-D", "-n", "-P", "-j", "1,2"]
     assert slurm.sbatch_argv("a b.sbatch") == ["sbatch", "--parsable", "a b.sbatch"]

@@ -175,6 +175,9 @@ def test_lightning_ddp_over_two_nodes_on_the_shipped_pipeline(slurm_testbed, tmp
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     metrics = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/metrics.json").read_text())
     assert metrics["world_size"] == 4 and metrics["cluster_environment"] == "SLURMEnvironment"
+    prov = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/provenance.json").read_text())
+    assert prov["profile"] == "testbed" and prov["nodelist"] == "node[1-2]" and prov["nodes"] == 2 and prov["requeues"] == 0
+    assert prov["state"] == "completed" and prov["job_id"] in prov["job_ids"] and len(prov["script_sha256"]) == 64
     log = next((project / ".orchestrator/logs").glob("benchmark@pydoc-topics-tiny-device_cfg1-*.log")).read_text()
     ranks = [line.split() for line in log.splitlines() if line.startswith("rank ") and "env=" in line]
     assert sorted(r[1] for r in ranks) == ["0/4", "1/4", "2/4", "3/4"], log[-3000:]
