@@ -252,3 +252,21 @@ def test_submit_chains_downstream_items_and_cancel_stops_them(slurm_testbed, tmp
     time.sleep(3)
     status = subprocess.run([sys.executable, "-m", "orchestrator", "status"], cwd=project, capture_output=True, text=True)
     assert status.stdout.count("cancelled") == 3, status.stdout  # two items and the recording job
+
+
+def test_blocking_srun_form(slurm_testbed, tmp_path):
+    """Seed 000's form: the script holds srun until the job ends; DVC records the result."""
+    from conftest import ROOT
+
+    profile = tmp_path / "testbed-srun.yaml"
+    profile.write_text((ROOT / "orchestrator/profiles/testbed.yaml").read_text().replace("launcher: sbatch", "launcher: srun"))
+    project = probe_project(tmp_path / "p", [(2, 2)])
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["orchestrator"]["cluster"] = str(profile)
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    done = dvc(project, "repro")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(ranks(project, "2x2")) == 4
+    (record,) = json.loads((project / ".orchestrator/ledger/probe@layout0.json").read_text())["records"]
+    assert record["backend"] == "srun" and record["state"] == "completed"
+    assert record["script"].endswith(".sh")
