@@ -54,10 +54,12 @@ stages:
       - orchestrator.cluster
       - bench
     outs:
-      - {RESULT}/model
+      - {RESULT}/model:
+          persist: true
     metrics:
       - {RESULT}/metrics.json:
           cache: false
+          persist: true
 """
 
 

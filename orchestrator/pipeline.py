@@ -150,7 +150,9 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
             problems.append((item.name, "its cmd mentions the orchestrator but does not start with `orchestrator run`"))
             continue
         if item.removable:
-            problems.append((item.name, persist_problem(item.removable)))
+            # Once per stage: a matrix would repeat it for every item.
+            if not any(who == f"stage {item.group}" for who, _ in problems):
+                problems.append((f"stage {item.group}", persist_problem(item.removable) + f" (e.g. in {item.name})"))
             continue
         try:
             found.append(Job(item, spec.parse_run_args(args, "bad `orchestrator run` arguments")))
