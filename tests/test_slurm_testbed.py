@@ -153,7 +153,7 @@ def test_unreachable_controller_and_wrong_cluster_are_clear_errors(slurm_testbed
 
 
 def lightning_project(root: Path) -> Path:
-    """The shipped pipeline, as it runs on the testbed profile (its params overlay applied)."""
+    """The shipped pipeline on the testbed profile: a matrix of two 2-node x 2-task items."""
     from conftest import ROOT
 
     import shutil
@@ -161,7 +161,7 @@ def lightning_project(root: Path) -> Path:
     project = make_project(root, dvc_yaml=(ROOT / "dvc.yaml").read_text(), params_yaml=(ROOT / "params.yaml").read_text().replace("cluster: local ", "cluster: testbed "))
     shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((project / "params.yaml").read_text())
-    params["benchmark"].update(params["clusters"]["testbed"]["benchmark"], max_steps=10)
+    params["benchmark"].update(models=["tiny", "small"], device_cfgs=[{"num_nodes": 2, "num_gpus": 2}], max_steps=10)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return project
 
@@ -171,26 +171,28 @@ def test_lightning_ddp_over_two_nodes_on_the_shipped_pipeline(slurm_testbed, tmp
     require_torch()
     project = lightning_project(tmp_path / "p")
     since = time.time()
-    done = dvc(project, "repro", timeout=600)
+    done = dvc(project, "repro", timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    metrics = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/metrics.json").read_text())
-    assert metrics["world_size"] == 4 and metrics["cluster_environment"] == "SLURMEnvironment"
-    prov = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/provenance.json").read_text())
-    assert prov["profile"] == "testbed" and prov["nodelist"] == "node[1-2]" and prov["nodes"] == 2 and prov["requeues"] == 0
-    assert prov["state"] == "completed" and prov["job_id"] in prov["job_ids"] and len(prov["script_sha256"]) == 64
-    log = next((project / ".orchestrator/logs").glob("benchmark@pydoc-topics-tiny-device_cfg1-*.log")).read_text()
-    ranks = [line.split() for line in log.splitlines() if line.startswith("rank ") and "env=" in line]
-    assert sorted(r[1] for r in ranks) == ["0/4", "1/4", "2/4", "3/4"], log[-3000:]
-    fields = [dict(kv.split("=", 1) for kv in r[2:]) for r in ranks]
-    assert {f["env"] for f in fields} == {"SLURMEnvironment"}
-    assert {f["node"] for f in fields} == {"node1", "node2"}
-    # Each task's allowed CPUs are its rendered mask: 0x1 for local rank 0, 0x2 for local rank 1.
-    assert all(f["cpus"] == f["local_rank"] for f in fields), fields
-    jobs = jobs_of(ACCOUNT, since)
-    assert sorted(j[1] for j in jobs) == ["benchmark@pydoc-topics-tiny-device_cfg0", "benchmark@pydoc-topics-tiny-device_cfg1"]
+    items = {"tiny": "benchmark@pydoc-topics-tiny-device_cfg0", "small": "benchmark@pydoc-topics-small-device_cfg0"}
     lock = yaml.safe_load((project / "dvc.lock").read_text())
-    entry = lock["stages"]["benchmark@pydoc-topics-tiny-device_cfg1"]
-    assert {o["path"] for o in entry["outs"]} >= {"results/benchmark/pydoc-topics/tiny/2x2/model", "results/benchmark/pydoc-topics/tiny/2x2/metrics.json"}
+    for model, item in items.items():
+        result = project / f"results/benchmark/pydoc-topics/{model}/2x2"
+        metrics = json.loads((result / "metrics.json").read_text())
+        assert metrics["world_size"] == 4 and metrics["cluster_environment"] == "SLURMEnvironment"
+        prov = json.loads((result / "provenance.json").read_text())
+        assert prov["profile"] == "testbed" and prov["nodelist"] == "node[1-2]" and prov["nodes"] == 2 and prov["requeues"] == 0
+        assert prov["state"] == "completed" and prov["job_id"] in prov["job_ids"] and len(prov["script_sha256"]) == 64
+        log = next((project / ".orchestrator/logs").glob(f"{item}-*.log")).read_text()
+        ranks = [line.split() for line in log.splitlines() if line.startswith("rank ") and "env=" in line]
+        assert sorted(r[1] for r in ranks) == ["0/4", "1/4", "2/4", "3/4"], log[-3000:]
+        fields = [dict(kv.split("=", 1) for kv in r[2:]) for r in ranks]
+        assert {f["env"] for f in fields} == {"SLURMEnvironment"}
+        assert {f["node"] for f in fields} == {"node1", "node2"}
+        # Each task's allowed CPUs are its rendered mask: 0x1 for local rank 0, 0x2 for local rank 1.
+        assert all(f["cpus"] == f["local_rank"] for f in fields), fields
+        assert {o["path"] for o in lock["stages"][item]["outs"]} >= {f"{result.relative_to(project)}/model", f"{result.relative_to(project)}/metrics.json"}
+    jobs = jobs_of(ACCOUNT, since)
+    assert sorted(j[1] for j in jobs) == sorted(items.values()) and {j[3] for j in jobs} == {ACCOUNT}
 
 
 def require_torch():

@@ -1,0 +1,66 @@
+"""status, logs, show and cancel from the ledger, with the scheduler faked."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from fakes import FakeRunner, ok
+from orchestrator import ledger, status
+from orchestrator.cli import main
+from orchestrator.slurm import State
+
+
+def record(item, job_id, state=State.RUNNING, backend="slurm", log=None):
+    return ledger.Record(item=item, fingerprint="f" + job_id, backend=backend, job_id=job_id, profile="testbed", script="s", submitted_at=1.0, state=state, log=log)
+
+
+def seed(root):
+    book = ledger.Ledger(root)
+    for rec in [record("bench@a", "11"), record("bench@b", "12"), record("bench@c", "13", State.COMPLETED), record("other", "local-5", State.COMPLETED, backend="local")]:
+        with book.locked(rec.item) as entries:
+            entries.append(rec)
+    return book
+
+
+def test_refresh_asks_the_scheduler_once_for_all_live_jobs(tmp_path):
+    seed(tmp_path)
+    runner = FakeRunner({"sacct": ok("11|COMPLETED|0:0|30|2|node[1-2]|None\n12|FAILED|1:0|3|1|node1|None\n")})
+    rows = {r.item: r for r in status.refresh(tmp_path, runner)}
+    assert len(runner.calls) == 1 and runner.calls[0][0] == "sacct" and "11,12" in runner.calls[0]
+    assert rows["bench@a"].state == State.COMPLETED and rows["bench@a"].nodes == "node[1-2]" and rows["bench@a"].elapsed_s == 30
+    assert rows["bench@b"].state == State.FAILED and rows["bench@b"].exit_code == 1
+    assert ledger.Ledger(tmp_path).records("bench@b")[-1].state == State.FAILED  # written back
+    assert status.refresh(tmp_path, runner, ["bench@c"])[0].state == State.COMPLETED
+    assert len(runner.calls) == 1  # nothing live left to ask about
+
+
+def test_scheduler_down_shows_what_the_ledger_knows(tmp_path):
+    seed(tmp_path)
+    rows = status.refresh(tmp_path, FakeRunner({"sacct": ok("", "error", rc=1), "squeue": ok("", "error", rc=1)}))
+    assert {r.item: r.state for r in rows}["bench@a"] == State.RUNNING
+
+
+def test_cancel_one_scancel_for_all(tmp_path):
+    seed(tmp_path)
+    runner = FakeRunner({"scancel": ok()})
+    assert sorted(status.cancel(tmp_path, runner, ["bench"])) == ["11", "12"]
+    assert runner.calls == [["scancel", "11", "12"]]
+    assert ledger.Ledger(tmp_path).records("bench@a")[-1].state == State.CANCELLED
+
+
+def test_logs_show_and_unknown_items(tmp_path):
+    book = ledger.Ledger(tmp_path)
+    log = tmp_path / ".orchestrator/logs/x-7.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("hello from the job\n")
+    with book.locked("x") as entries:
+        entries.append(record("x", "local-7", State.COMPLETED, backend="local", log=".orchestrator/logs/x-7.log"))
+    cli = CliRunner()
+    done = cli.invoke(main, ["logs", "x", "--project", str(tmp_path)])
+    assert done.exit_code == 0 and done.output == "hello from the job\n"
+    done = cli.invoke(main, ["logs", "x", "--follow", "--project", str(tmp_path)])  # the job has ended: returns
+    assert done.exit_code == 0 and done.output == "hello from the job\n"
+    done = cli.invoke(main, ["show", "x", "--project", str(tmp_path)])
+    assert done.exit_code == 0 and "job_id: local-7" in done.output and "rerun: git checkout" in done.output
+    done = cli.invoke(main, ["logs", "nope", "--project", str(tmp_path)])
+    assert done.exit_code == 2 and "no submitted item matches nope" in done.output and "items in the ledger: x" in done.output
