@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import backends, fingerprint, ledger, pipeline, profile, provenance, render
@@ -86,7 +86,6 @@ class Outcome:
     record: ledger.Record
     attached: bool
     info: JobInfo | None = None
-    messages: list[str] = field(default_factory=list)
 
 
 def backend_for(plan: Plan, loaded: profile.LoadedProfile, root: Path, runner: Runner) -> backends.Backend:
@@ -121,23 +120,11 @@ def run_item(
     book = ledger.Ledger(ctx.root)
 
     with book.locked(ctx.item) as records:
-        outcome = attach(records, fp, backend)
-        if outcome is None:
-            if os.environ.get(ATTACH_ONLY) == "1":
-                raise JobFailed(f"{ctx.item}: no finished or running job with this script and inputs to record (attach-only mode: nothing is submitted)")
-            problems = backend.preflight(plan)
-            if problems:
-                raise backends.SchedulerError(f"{ctx.item} was not submitted", problems)
-            remove_stale(ctx.root, outs)  # what DVC does for outputs that do not persist
-            # Slurm opens the log before the script runs: its folder must exist.
-            (ctx.root / plan.log).parent.mkdir(parents=True, exist_ok=True)
-            submitted = backend.submit(plan, script)
-            record = new_record(ctx.item, fp, backend.name, submitted, ws, script, text, clock.now(), runner)
-            records.append(record)
-            say(f"{ctx.item}: submitted job {submitted.job_id} on {ws.cluster} ({plan.nodes}x{plan.tasks_per_node}); log {submitted.log}")
-            outcome = Outcome(record, attached=False)
-        else:
-            say(f"{ctx.item}: attached to job {outcome.record.job_id} ({outcome.record.state.value}), submitted earlier with the same script and inputs")
+        outcome = attach_or_submit(records, fp, backend, ws, plan, script, text, outs, clock.now(), runner)
+    if outcome.attached:
+        say(f"{ctx.item}: attached to job {outcome.record.job_id} ({outcome.record.state.value}), submitted earlier with the same script and inputs")
+    else:
+        say(f"{ctx.item}: submitted job {outcome.record.job_id} on {ws.cluster} ({plan.nodes}x{plan.tasks_per_node}); log {outcome.record.log}")
 
     info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info)
     with book.locked(ctx.item) as records:
@@ -181,11 +168,36 @@ def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, .
         raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc
 
 
-def new_record(item: str, fp: str, backend: str, submitted, ws: Workspace, script: Path, text: str, now: float, runner: Runner) -> ledger.Record:
-    return ledger.Record(
-        item=item,
+def attach_or_submit(
+    records: ledger.ItemLedger,
+    fp: str,
+    backend: backends.Backend,
+    ws: Workspace,
+    plan: Plan,
+    script: Path,
+    text: str,
+    outs: tuple[str, ...],
+    now: float,
+    runner: Runner,
+    after: tuple[str, ...] = (),
+) -> Outcome:
+    """The one place a job is submitted; call it holding the item's ledger lock."""
+    outcome = attach(records, fp, backend)
+    if outcome is not None:
+        return outcome
+    if os.environ.get(ATTACH_ONLY) == "1":
+        raise JobFailed(f"{plan.item}: no finished or running job with this script and inputs to record (attach-only mode: nothing is submitted)")
+    problems = backend.preflight(plan)
+    if problems:
+        raise backends.SchedulerError(f"{plan.item} was not submitted", problems)
+    remove_stale(ws.root, outs)  # what DVC does for outputs that do not persist
+    # Slurm opens the log before the script runs: its folder must exist.
+    (ws.root / plan.log).parent.mkdir(parents=True, exist_ok=True)
+    submitted = backend.submit(plan, script, after=after)
+    record = ledger.Record(
+        item=plan.item,
         fingerprint=fp,
-        backend=backend,
+        backend=backend.name,
         job_id=submitted.job_id,
         profile=ws.cluster,
         script=os.path.relpath(script, ws.root),
@@ -193,6 +205,8 @@ def new_record(item: str, fp: str, backend: str, submitted, ws: Workspace, scrip
         log=submitted.log,
         provenance=provenance.at_submission(ws.root, runner, ws.profile, text),
     )
+    records.append(record)
+    return Outcome(record, attached=False)
 
 
 def remove_stale(root: Path, outs: tuple[str, ...]) -> None:

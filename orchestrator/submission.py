@@ -88,19 +88,11 @@ def submit(
         write_script(script, text)
         after = tuple(done[u].job_id for u in _upstream(name, deps[name], order, outs) if u in done and done[u].state.active)
         with book.locked(name) as records:
-            outcome = jobrun.attach(records, prints[name], backend)
-            if outcome is not None:
-                done[name] = Submitted(name, outcome.record.job_id, True, outcome.info.state if outcome.info else outcome.record.state)
-                continue
-            problems = backend.preflight(plan)
-            if problems:
-                raise backends.SchedulerError(f"{name} was not submitted", problems)
-            jobrun.remove_stale(root, outs[name])
-            (root / plan.log).parent.mkdir(parents=True, exist_ok=True)
-            sub = backend.submit(plan, script, after=after)
-            records.append(jobrun.new_record(name, prints[name], backend.name, sub, ws, script, text, now(), runner))
-            done[name] = Submitted(name, sub.job_id, False, State.PENDING, after)
-            say(f"{name}: job {sub.job_id}" + (f" after {','.join(after)}" if after else ""))
+            outcome = jobrun.attach_or_submit(records, prints[name], backend, ws, plan, script, text, outs[name], now(), runner, after)
+        state = outcome.info.state if outcome.info else outcome.record.state
+        done[name] = Submitted(name, outcome.record.job_id, outcome.attached, state, () if outcome.attached else after)
+        if not outcome.attached:
+            say(f"{name}: job {outcome.record.job_id}" + (f" after {','.join(after)}" if after else ""))
     recorder = _submit_recorder(ws, backend, runner, targets, [s.job_id for s in done.values() if s.state.active], now, say)
     return [*done.values(), *([recorder] if recorder else [])]
 
