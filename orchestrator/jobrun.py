@@ -262,9 +262,9 @@ def wait(backend, job_id: str, item: str, clock: Clock, polling: Polling, say, i
 
 
 def _log_hints(root: Path, record: ledger.Record, lines: int = 20) -> list[str]:
-    if not record.log:
+    path = record.log_path(root)
+    if path is None:
         return []
-    path = root / record.log
     hints = [f"log: {path}"]
     try:
         tail = path.read_text(errors="replace").splitlines()[-lines:]

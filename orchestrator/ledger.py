@@ -45,6 +45,16 @@ class Record:
     requeues: int = 0
     provenance: dict = field(default_factory=dict)
 
+    def log_path(self, root: Path) -> Path | None:
+        """The job's log. The blocking srun form learns no job id, so its log
+        name keeps Slurm's %j: the newest file matching it is this job's."""
+        if not self.log:
+            return None
+        if "%j" not in self.log:
+            return root / self.log
+        matches = sorted((root / self.log).parent.glob(Path(self.log).name.replace("%j", "*")), key=lambda p: p.stat().st_mtime)
+        return matches[-1] if matches else root / self.log
+
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
         data["state"] = self.state.value

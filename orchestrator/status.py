@@ -88,6 +88,7 @@ def one(root: Path, item: str) -> ledger.Record:
 
 def log_path(root: Path, item: str) -> Path:
     rec = one(root, item)
-    if not rec.log:
+    path = rec.log_path(root)
+    if path is None:
         raise OrchestratorError(f"{item}: job {rec.job_id} has no log")
-    return root / rec.log
+    return path

@@ -272,3 +272,5 @@ def test_blocking_srun_form(slurm_testbed, tmp_path):
     (record,) = json.loads((project / ".orchestrator/ledger/probe@layout0.json").read_text())["records"]
     assert record["backend"] == "srun" and record["state"] == "completed"
     assert record["script"].endswith(".sh")
+    logs = subprocess.run([sys.executable, "-m", "orchestrator", "logs", "probe@layout0"], cwd=project, capture_output=True, text=True)
+    assert logs.returncode == 0, logs.stderr
