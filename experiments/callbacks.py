@@ -55,11 +55,14 @@ class StepTimer(pl.Callback):
         self.timed_steps = 0
         self.elapsed_s = 0.0
         self._start = 0.0
+        self._first_step = 0
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
-        if trainer.global_step == self.warmup_steps:
+        # ">=" and "not started": a run resumed from a checkpoint starts past the warm-up.
+        if not self._start and trainer.global_step >= self.warmup_steps:
             _synchronize(pl_module.device)
             self._start = time.perf_counter()
+            self._first_step = trainer.global_step
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
@@ -67,7 +70,7 @@ class StepTimer(pl.Callback):
         if trainer.global_step == trainer.max_steps:
             _synchronize(pl_module.device)
             self.elapsed_s = time.perf_counter() - self._start
-            self.timed_steps = trainer.max_steps - self.warmup_steps
+            self.timed_steps = trainer.max_steps - self._first_step
 
     @property
     def mean_step_time_s(self) -> float:

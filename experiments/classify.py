@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from experiments import data, metrics, models
 from experiments.callbacks import RankReport, StepTimer, cluster_environment
 from experiments.classifier import TextClassifier
+from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, resume_path
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -64,6 +65,13 @@ class _Repeated(Dataset):
         return self.dataset[index % len(self.dataset)]
 
 
+def _slurm_without_auto_requeue() -> list:
+    """Under Slurm, Lightning's SLURMEnvironment without its own requeue (see experiments.requeue)."""
+    from lightning_fabric.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     from experiments.plots import PlotsLogger  # here: it brings DVC in
@@ -80,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     module = TextClassifier(args.model, dataset.vocab_size, dataset.seq_len, dataset.num_classes, args.lr)
     parameters = sum(p.numel() for p in module.parameters())
     timer = StepTimer(warmup_steps=args.max_steps // 10)
+    requeue = CheckpointOnSignal(args.output / "requeue.ckpt")
     report = RankReport(
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={accelerator} precision={precision} "
         f"dataset={args.dataset} model={args.model} parameters={parameters} batch_size={args.batch_size} max_steps={args.max_steps}"
@@ -95,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         default_root_dir=args.output,  # whatever Lightning writes by itself stays in the output
         logger=PlotsLogger(args.output / "dvclive"),
         log_every_n_steps=max(1, args.max_steps // 100),  # ~100 points per curve
-        callbacks=[report, timer],
+        callbacks=[report, timer, requeue],
+        plugins=_slurm_without_auto_requeue(),
         enable_checkpointing=False,  # the final model is saved explicitly below
         enable_progress_bar=sys.stdout.isatty(),  # batch logs would fill with progress bars
         enable_model_summary=False,  # the parameter count is in the start line
@@ -109,11 +119,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         module,
         train_dataloaders=DataLoader(train, args.batch_size, shuffle=True, drop_last=True, num_workers=args.num_workers),
         val_dataloaders=DataLoader(dataset.val, args.batch_size, num_workers=args.num_workers),
+        ckpt_path=resume_path(requeue.path),
     )
+    if requeue.checkpointed:
+        print(f"checkpointed at step {trainer.global_step} on the requeue signal; exiting {REQUEUE_EXIT} to be run again", flush=True)
+        sys.exit(REQUEUE_EXIT)
     # Every rank calls it (it synchronises the ranks); only global rank 0 writes.
     trainer.save_checkpoint(args.output / "model" / "model.ckpt", weights_only=True)
     if not trainer.is_global_zero:
         return
+    requeue.path.unlink(missing_ok=True)  # finished: the next run starts afresh
     samples_per_second = timer.timed_steps * args.batch_size * world_size / timer.elapsed_s
     logged = trainer.callback_metrics
     metrics.write(

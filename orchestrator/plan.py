@@ -21,6 +21,8 @@ from orchestrator.spec import JobSpec, lightning_layout
 Form = Literal["sbatch", "srun", "local"]
 FORMS: tuple[str, ...] = ("sbatch", "srun", "local")
 LOG_DIR = ".orchestrator/logs"
+# The exit status of a task that checkpointed on the requeue signal: "run me again".
+REQUEUE_EXIT = 75
 _DIRECTIVE_SAFE = re.compile(r"[A-Za-z0-9._@%:/+=,-]+")
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._@-]")
 
@@ -58,6 +60,7 @@ class Plan:
     env: tuple[tuple[str, Shell], ...]  # exported in every task
     node_local_dirs: tuple[str, ...]
     master_addr_suffix: str
+    max_requeues: int  # 0: no requeue protocol (local form, or no requeue signal)
     container: ContainerExec | None
     command: tuple[str, ...]
     binding: binding.Binding | None
@@ -151,6 +154,7 @@ def make_plan(
         env=env,
         node_local_dirs=p.environment.node_local_dirs,
         master_addr_suffix=p.environment.master_addr_suffix,
+        max_requeues=p.scheduler.max_requeues if p.uses_slurm and p.requeue_signal_name else 0,
         container=container,
         command=job.command,
         binding=bound if whole_node else None,
@@ -237,6 +241,8 @@ def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str) -> 
         ("ORCH_NUM_NODES", quote(job.nodes)),
         ("ORCH_DEVICES", quote(tasks)),
     ]
+    if p.uses_slurm and p.requeue_signal_name:
+        env.append(("ORCH_REQUEUE_SIGNAL", quote(p.requeue_signal_name)))
     if p.storage.workdir_root:
         env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}"))))
     return tuple(env)

@@ -31,7 +31,7 @@ LEAKED_CONTAINER_VARS = tuple(
     for prefix in ("APPTAINER", "SINGULARITY")
     for name in ("BIND", "BINDPATH", "CONTAINER", "NAME", "ENVIRONMENT", "COMMAND", "APPNAME")
 )
-_SIGNAL = re.compile(r"(B:)?(SIG)?[A-Z0-9]+@\d+")
+_SIGNAL = re.compile(r"(SIG)?([A-Z0-9]+)@(\d+)")
 _DIRECTIVE_SAFE = re.compile(r"[A-Za-z0-9._@%:/+=,-]+")
 
 
@@ -53,7 +53,10 @@ class Scheduler:
     account_example: str | None = None
     default_partition: str | None = None
     default_time: str = "01:00:00"
+    # Sent to every task this long before the time limit: the training checkpoints
+    # and exits 75, and the job script requeues the job (up to max_requeues times).
     requeue_signal: str | None = "USR1@90"
+    max_requeues: int = 3
     partitions: dict[str, Partition] = field(default_factory=dict)
     # Where the small job that records a detached submit's results runs (a cheap
     # CPU partition); None: run `dvc repro` yourself when the jobs end.
@@ -131,6 +134,12 @@ class Profile:
     def uses_slurm(self) -> bool:
         return self.scheduler.kind == "slurm"
 
+    @property
+    def requeue_signal_name(self) -> str | None:
+        """The bare signal name tasks trap (``USR1`` for ``SIGUSR1@90``)."""
+        m = _SIGNAL.fullmatch(self.scheduler.requeue_signal or "")
+        return m.group(2) if m else None
+
 
 @dataclass(frozen=True)
 class LoadedProfile:
@@ -202,7 +211,9 @@ def problems(p: Profile) -> list[str]:
         if not slurmtime.is_valid(value):
             found.append(f"{what}: {value!r} is not a Slurm time ({slurmtime.FORMS_HELP})")
     if s.requeue_signal is not None and not _SIGNAL.fullmatch(s.requeue_signal):
-        found.append(f"scheduler.requeue_signal {s.requeue_signal!r}: expected [B:]SIGNAL@SECONDS such as USR1@90")
+        found.append(f"scheduler.requeue_signal {s.requeue_signal!r}: expected SIGNAL@SECONDS such as USR1@90 (every task gets it, so no B:)")
+    if s.max_requeues < 0:
+        found.append("scheduler.max_requeues must be 0 or more")
     if s.service_partition is not None and not _DIRECTIVE_SAFE.fullmatch(s.service_partition):
         found.append(f"scheduler.service_partition {s.service_partition!r} has characters Slurm directives cannot carry")
     for key, part in s.partitions.items():

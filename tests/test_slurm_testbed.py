@@ -274,3 +274,44 @@ def test_blocking_srun_form(slurm_testbed, tmp_path):
     assert record["script"].endswith(".sh")
     logs = subprocess.run([sys.executable, "-m", "orchestrator", "logs", "probe@layout0"], cwd=project, capture_output=True, text=True)
     assert logs.returncode == 0, logs.stderr
+
+
+@pytest.mark.slow
+def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path):
+    """The requeue protocol end to end: signal -> checkpoint -> exit 75 -> requeue
+    from the batch script -> resume from the checkpoint -> completion. The signal is
+    sent by hand here (Slurm's own delivery before a time limit has a 60 s
+    resolution); the time-limit version is in the container tests."""
+    require_torch()
+    project = lightning_project(tmp_path / "p")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["benchmark"].update(models=["tiny"], device_cfgs=[{"num_nodes": 1, "num_gpus": 2}], max_steps=400)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {**os.environ, "ORCH_POLL_MAX_S": "2"}
+    repro = subprocess.Popen(["dvc", "repro"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ledger_file = project / ".orchestrator/ledger/benchmark@pydoc-topics-tiny-device_cfg0.json"
+    deadline = time.time() + 180
+    job_id, log = None, None
+    while time.time() < deadline:
+        if ledger_file.exists() and job_id is None:
+            job_id = json.loads(ledger_file.read_text())["records"][-1]["job_id"]
+            log = project / f".orchestrator/logs/benchmark@pydoc-topics-tiny-device_cfg0-{job_id}.log"
+        if log is not None and log.exists() and "rank 1/2" in log.read_text():
+            break
+        time.sleep(1)
+    else:
+        repro.kill()
+        pytest.fail(f"the job did not start training: {repro.communicate()[0][-2000:]}")
+    time.sleep(3)  # some steps into training
+    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
+    out, _ = repro.communicate(timeout=600)
+    assert repro.returncode == 0, out[-4000:]
+    text = log.read_text()
+    assert "on the requeue signal; exiting 75" in text and "requeueing job" in text, text[-4000:]
+    assert "Restoring states from the checkpoint path" in text or "Restored all states from the checkpoint" in text, text[-4000:]
+    result = project / "results/benchmark/pydoc-topics/tiny/1x2"
+    assert json.loads((result / "metrics.json").read_text())["world_size"] == 2
+    assert json.loads((result / "provenance.json").read_text())["requeues"] == 1
+    assert not (result / "requeue.ckpt").exists()
+    runs = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=JobIDRaw,State"], capture_output=True, text=True).stdout.split()
+    assert len(runs) == 2 and runs[-1].endswith("COMPLETED"), runs

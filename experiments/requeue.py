@@ -1,0 +1,48 @@
+"""Checkpoint-and-requeue: the training side of the orchestrator's requeue protocol.
+
+Before a job's time limit Slurm sends every task the profile's requeue signal
+(``ORCH_REQUEUE_SIGNAL``, e.g. USR1). Each rank notes it; at the next step
+boundary the ranks agree (a max all-reduce, so they stop at the same step even
+if the signal reached them at different moments), save a checkpoint together
+and stop; the process then exits with :data:`REQUEUE_EXIT`. The job script,
+outside the container, requeues the job; the next run resumes from the
+checkpoint. Lightning's own handler is turned off: it would call ``scontrol``
+from inside the container, where there is none.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+REQUEUE_EXIT = 75  # EX_TEMPFAIL; the job scripts rely on this value
+
+
+class CheckpointOnSignal(pl.Callback):
+    def __init__(self, path: Path, signame: str | None = None) -> None:
+        self.path = path
+        self.signum = getattr(signal, "SIG" + (signame or os.environ.get("ORCH_REQUEUE_SIGNAL", "USR1")))
+        self.signalled = False
+        self.checkpointed = False
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        signal.signal(self.signum, self._note)
+
+    def _note(self, signum, frame) -> None:
+        self.signalled = True  # act at the next step boundary, not inside the handler
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        flag = torch.tensor(float(self.signalled), device=pl_module.device)
+        if trainer.strategy.reduce(flag, reduce_op="max").item() > 0:
+            trainer.save_checkpoint(self.path)  # every rank: it synchronises; rank 0 writes
+            self.checkpointed = True
+            trainer.should_stop = True
+
+
+def resume_path(path: Path) -> Path | None:
+    """The checkpoint to resume from, if an earlier run of this job left one."""
+    return path if path.is_file() else None
