@@ -71,3 +71,148 @@ def slurm_testbed():
     settings = testbed.Settings.for_this_machine()
     testbed.Testbed(settings, timeout=180).up()
     return settings
+
+
+# --- a real sshd on loopback, for tests/test_ship.py (marked ssh) -------------------------
+
+SSH_PACKAGES = {"sshd": "openssh-server", "ssh": "openssh-client", "ssh-keygen": "openssh-client", "rsync": "rsync"}
+
+
+class Sshd:
+    """An sshd of our own on 127.0.0.1: its config, host key and client key live in ``root``."""
+
+    def __init__(self, root: Path, port: int, key: Path, user: str, proc: subprocess.Popen, log: Path) -> None:
+        self.root, self.port, self.key, self.user, self.proc, self.log = root, port, key, user, proc, log
+        self.host = f"{user}@127.0.0.1"
+        # -F /dev/null: the machine's ~/.ssh/config plays no part; IdentitiesOnly: only our key is offered.
+        self.options = [
+            "-F", "/dev/null", "-p", str(port), "-i", str(key), "-o", "IdentitiesOnly=yes",
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "-o", "BatchMode=yes",
+        ]  # fmt: skip
+
+
+def _sshd_binary() -> str | None:
+    return shutil.which("sshd") or next((p for p in ("/usr/sbin/sshd", "/sbin/sshd") if os.access(p, os.X_OK)), None)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """A real sshd on 127.0.0.1 (free high port, key-only login as this user), for the session.
+
+    Installs openssh-server, openssh-client and rsync with apt-get when missing (as root).
+    Skips without root (or apt-get) where something is missing, except under CI=true,
+    where that is a failure. Stopped at the end of the session.
+    """
+    import time
+
+    def skip_or_fail(reason: str):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}, and CI=true: CI must run the ssh tests")
+        pytest.skip(reason)
+
+    have = {"sshd": _sshd_binary(), "ssh": shutil.which("ssh"), "ssh-keygen": shutil.which("ssh-keygen"), "rsync": shutil.which("rsync")}
+    missing = sorted({SSH_PACKAGES[tool] for tool, path in have.items() if not path})
+    if os.geteuid() != 0:
+        # sshd needs root to switch to the logged-in user (and its privilege separation dir).
+        skip_or_fail(
+            "the ssh tests start an sshd on loopback, which needs root" + (f" (and {' '.join(missing)} installed)" if missing else "")
+        )
+    if missing:
+        if shutil.which("apt-get") is None:
+            skip_or_fail(f"the ssh tests need {' '.join(missing)}, and there is no apt-get to install them")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+        # policy-rc.d may be absent, but there is no init here to start the system's sshd; ours is separate anyway.
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=True, env=env, capture_output=True, timeout=900
+        )
+    sshd_bin = _sshd_binary()
+    assert sshd_bin, "openssh-server is installed but sshd is not found"
+
+    root = tmp_path_factory.mktemp("sshd")
+    host_key, key = root / "host_ed25519_key", root / "client_ed25519_key"
+    for path in (host_key, key):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orchestrator-test", "-f", str(path)], check=True)
+    authorized = root / "authorized_keys"
+    authorized.write_text((root / "client_ed25519_key.pub").read_text())
+    authorized.chmod(0o600)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    import pwd
+
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    log = root / "sshd.log"
+    proc = None
+    for _attempt in range(5):  # the free port may be taken between finding and binding it
+        port = _free_port()
+        config = root / "sshd_config"
+        config.write_text(
+            f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {host_key}\nPidFile {root / 'sshd.pid'}\n"
+            f"AuthorizedKeysFile {authorized}\nAuthenticationMethods publickey\nPubkeyAuthentication yes\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+            # StrictModes no: the pytest temp dirs are not owned/moded the way sshd insists on for keys.
+            "UsePAM no\nStrictModes no\nAllowUsers " + user + "\nSubsystem sftp internal-sftp\nLogLevel VERBOSE\n"
+        )
+        subprocess.run([sshd_bin, "-t", "-f", str(config)], check=True, capture_output=True, text=True)
+        proc = subprocess.Popen([sshd_bin, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=log.open("ab"))
+        server = Sshd(root, port, key, user, proc, log)
+        deadline = time.monotonic() + 15
+        while proc.poll() is None and time.monotonic() < deadline:
+            probe = subprocess.run(
+                ["ssh", *server.options, "-o", "ConnectTimeout=2", "--", server.host, "true"], check=False, capture_output=True, text=True
+            )
+            if probe.returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            if proc.poll() is None:
+                proc.terminate()
+            proc.wait()
+            continue
+        break
+    else:
+        pytest.fail(f"sshd did not come up on 127.0.0.1; its log:\n{log.read_text()[-3000:]}")
+    try:
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def apptainer() -> str:
+    """Apptainer, installed once per session by containers/install-apptainer.sh (a quick
+    no-op when it works already); the path of the `apptainer` command.
+
+    Skips without root (the installer unpacks Debian packages into /), except under
+    CI=true, where that is a failure.
+    """
+    script = ROOT / "containers" / "install-apptainer.sh"
+    reason = None
+    if os.geteuid() != 0:
+        reason = "installing Apptainer (containers/install-apptainer.sh) needs root"
+    elif shutil.which("apt-get") is None:
+        reason = "containers/install-apptainer.sh needs Debian's apt-get"
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}, and CI=true: CI must run the Apptainer tests")
+        pytest.skip(reason)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"{script} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    path = shutil.which("apptainer")
+    if path is None:
+        pytest.fail(f"{script} succeeded but apptainer is not on PATH")
+    return path
