@@ -60,6 +60,7 @@ class _LazyGroup(click.Group):
 
 
 main.add_command(_LazyGroup("testbed", "orchestrator.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."))
+main.add_command(_LazyGroup("container", "orchestrator.container:container", "Container images: build the image jobs run in."))
 
 
 project_option = click.option(

@@ -216,3 +216,42 @@ def apptainer() -> str:
     if path is None:
         pytest.fail(f"{script} succeeded but apptainer is not on PATH")
     return path
+
+
+# --- the CI image (Apptainer), shared by the container and container-job tests ---------------
+
+IMAGE_CACHE = Path(os.environ.get("ORCHESTRATOR_IMAGE_CACHE", "/var/cache/orchestrator-images"))
+
+
+def cli(*args: str, cwd: Path = ROOT, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, float]:
+    """`orchestrator container ...` in a fresh process, and its wall time."""
+    import sys
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "orchestrator", "container", *args], cwd=cwd, check=False, capture_output=True, text=True, timeout=timeout)
+    return proc, time.perf_counter() - start
+
+
+@pytest.fixture(scope="session")
+def ci_image(apptainer) -> Path:
+    """The project's CI image, in the persistent cache under its content hash
+    (ci-<hash>.sif): built once per machine and content, found up to date afterwards.
+    The three most recent are kept, so switching branches back and forth does not rebuild."""
+    from orchestrator import container as ct
+
+    key = ct.current_hash(ROOT, "ci").removeprefix("sha256:")[:16]
+    out = IMAGE_CACHE / f"ci-{key}.sif"
+    proc, seconds = cli("build", "ci", "--output", str(out), "--digest-file", str(out.with_suffix(".digest")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    print(f"ci image: {proc.stdout.strip()} [{seconds:.1f} s]")
+    for old in sorted(IMAGE_CACHE.glob("ci-*.sif"), key=lambda p: p.stat().st_mtime, reverse=True)[3:]:
+        for path in (
+            old,
+            ct.stamp_path(old),
+            old.with_suffix(".digest"),
+            old.with_name(f"{old.stem}.build.log"),
+            old.with_name(f".{old.name}.lock"),
+        ):
+            path.unlink(missing_ok=True)
+    return out
