@@ -33,7 +33,7 @@ def container_profile(tmp: Path, image: Path) -> Path:
     data = yaml.safe_load((ROOT / "orchestrator/profiles/testbed.yaml").read_text())
     data["name"] = "testbed-apptainer"
     data["container"] = {"runtime": "apptainer", "image": str(image)}
-    data["storage"] = {"workdir_root": str(tmp / "fast") + "/${USER}"}
+    data["storage"] = {"workdir_root": str(tmp / "fast") + "/root"}
     path = tmp / "testbed-apptainer.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -70,7 +70,10 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
         assert r["SLURM_NTASKS"] == "4" and r["SLURM_JOB_ID"]
         assert workspace in r["mounts"] and any(m.startswith(fast) for m in r["mounts"])
         assert not any(m.startswith("/leaked") for m in r["mounts"])  # the leaked binds were cleared
-        assert r["APPTAINER_BIND"] is None and r["SINGULARITY_BIND"] is None
+        # Apptainer tells the task what it bound: exactly the declared binds (the
+        # workspace and the fast working dir), none of the leaked ones.
+        for name in ("APPTAINER_BIND", "SINGULARITY_BIND"):
+            assert set(r[name].split(",")) == {workspace, f"{fast}/root/probe"}, r[name]
 
     metrics = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/metrics.json").read_text())
     assert metrics["world_size"] == 4 and metrics["cluster_environment"] == "SLURMEnvironment"
