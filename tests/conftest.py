@@ -25,15 +25,27 @@ def update_goldens(request) -> bool:
     return request.config.getoption("--update-goldens") or os.environ.get("UPDATE_GOLDENS") == "1"
 
 
-def require(tool: str) -> str:
-    """The path of ``tool``; skip without it, except under CI where a skip is a failure."""
-    path = shutil.which(tool)
-    if path:
-        return path
-    message = f"{tool} is not installed"
+def skip_or_fail(reason: str) -> None:
+    """Skip with ``reason``; under CI=true, where every test must run, fail instead."""
     if os.environ.get("CI") == "true":
-        pytest.fail(f"{message}, and CI=true: the test command must install it")
-    pytest.skip(message)
+        pytest.fail(f"{reason}, and CI=true: CI must run this test (the test command installs what it needs)")
+    pytest.skip(reason)
+
+
+def require(tool: str) -> str:
+    """The path of ``tool``; skip (fail under CI) without it."""
+    path = shutil.which(tool)
+    if path is None:
+        skip_or_fail(f"{tool} is not installed")
+    return path
+
+
+def require_root_and_apt(what: str) -> None:
+    """Skip (fail under CI) unless ``what`` can install Debian packages and start daemons."""
+    if os.geteuid() != 0:
+        skip_or_fail(f"{what} needs root")
+    if shutil.which("apt-get") is None:
+        skip_or_fail(f"{what} needs Debian's apt-get")
 
 
 def make_project(where: Path, dvc_yaml: str | None = None, params_yaml: str | None = None) -> Path:
@@ -59,15 +71,7 @@ def slurm_testbed():
     """
     from orchestrator import testbed
 
-    reason = None
-    if os.geteuid() != 0:
-        reason = "the Slurm testbed needs root"
-    elif shutil.which("apt-get") is None:
-        reason = "the Slurm testbed needs Debian's apt-get"
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}, and CI=true: CI must run the Slurm tests")
-        pytest.skip(reason)
+    require_root_and_apt("the Slurm testbed")
     settings = testbed.Settings.for_this_machine()
     testbed.Testbed(settings, timeout=180).up()
     return settings
@@ -113,11 +117,6 @@ def sshd(tmp_path_factory):
     where that is a failure. Stopped at the end of the session.
     """
     import time
-
-    def skip_or_fail(reason: str):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}, and CI=true: CI must run the ssh tests")
-        pytest.skip(reason)
 
     have = {"sshd": _sshd_binary(), "ssh": shutil.which("ssh"), "ssh-keygen": shutil.which("ssh-keygen"), "rsync": shutil.which("rsync")}
     missing = sorted({SSH_PACKAGES[tool] for tool, path in have.items() if not path})
@@ -200,15 +199,7 @@ def apptainer() -> str:
     CI=true, where that is a failure.
     """
     script = ROOT / "containers" / "install-apptainer.sh"
-    reason = None
-    if os.geteuid() != 0:
-        reason = "installing Apptainer (containers/install-apptainer.sh) needs root"
-    elif shutil.which("apt-get") is None:
-        reason = "containers/install-apptainer.sh needs Debian's apt-get"
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason}, and CI=true: CI must run the Apptainer tests")
-        pytest.skip(reason)
+    require_root_and_apt("installing Apptainer (containers/install-apptainer.sh)")
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"{script} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")

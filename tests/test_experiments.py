@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 from conftest import ROOT
 
@@ -35,12 +36,8 @@ REQUIRED_METRICS = {
 def require_training() -> None:
     """Skip without the training extras, except under CI, where a skip is a failure."""
     missing = [name for name in ("torch", "pytorch_lightning", "dvclive") if importlib.util.find_spec(name) is None]
-    if not missing:
-        return
-    message = f"{', '.join(missing)} not installed (pip install -e '.[train]')"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{message}, and CI=true: the test command must install it")
-    pytest.skip(message)
+    if missing:
+        skip_or_fail(f"{', '.join(missing)} not installed (pip install -e '.[train]')")
 
 
 # --- registries -------------------------------------------------------------

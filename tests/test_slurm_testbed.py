@@ -196,12 +196,12 @@ def test_lightning_ddp_over_two_nodes_on_the_shipped_pipeline(slurm_testbed, tmp
 
 
 def require_torch():
+    from conftest import skip_or_fail
+
     try:
         import pytorch_lightning  # noqa: F401
     except ImportError:
-        if os.environ.get("CI") == "true":
-            pytest.fail("pytorch_lightning is not installed, and CI=true: the test command installs the train extra")
-        pytest.skip("pytorch_lightning is not installed")
+        skip_or_fail("pytorch_lightning is not installed")
 
 
 def test_detached_submit_returns_at_once_and_records_everything(slurm_testbed, tmp_path):
