@@ -38,7 +38,18 @@ class CheckpointOnSignal(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         flag = torch.tensor(float(self.signalled), device=pl_module.device)
         if trainer.strategy.reduce(flag, reduce_op="max").item() > 0:
-            trainer.save_checkpoint(self.path)  # every rank: it synchronises; rank 0 writes
+            # Written beside, renamed into place: a kill at the hard limit never
+            # leaves half a checkpoint to resume from.
+            partial = self.path.with_name(self.path.name + ".partial")
+            trainer.save_checkpoint(partial)  # every rank: it synchronises; rank 0 writes
+            if trainer.is_global_zero:
+                os.replace(partial, self.path)
+                marker = os.environ.get("ORCH_REQUEUE_MARKER")
+                if marker:  # tells the job script to run us again (see the templates)
+                    Path(marker).touch()
+            # Hold every rank until the checkpoint is in place: the first rank to exit
+            # non-zero makes srun (--kill-on-bad-exit) kill the others.
+            trainer.strategy.barrier("requeue-checkpoint")
             self.checkpointed = True
             trainer.should_stop = True
 

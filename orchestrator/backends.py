@@ -128,7 +128,7 @@ class SbatchBackend:
         return problems
 
     def submit(self, plan: Plan, script: Path, after: Sequence[str] = ()) -> Submitted:
-        argv = slurm.sbatch_argv(str(script), after)
+        argv = slurm.sbatch_argv(str(script), plan.workspace, after)
         done = self._run(argv, timeout=120)
         if done.returncode != 0:
             raise SchedulerError(f"sbatch refused {plan.item}: {done.stderr.strip() or done.stdout.strip()}", hints=[f"command: {' '.join(argv)}"])

@@ -759,6 +759,9 @@ def container() -> None:
     help="Override a value of the image in images.yaml (e.g. base=/path/to/base.sif).",
 )
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Give up on a build after this many seconds.")
+@click.option("--push", is_flag=True, help="Then copy the image to the profile's container.image path on its push_host (rsync over ssh).")
+@click.option("--cluster", "-c", default=None, help="With --push: the profile (default: as `orchestrator run` picks it).")
+@click.option("--ssh-option", "ssh_options", multiple=True, help="With --push: an option for ssh (repeatable), e.g. --ssh-option=-p2222.")
 @click.option(
     "--project",
     type=click.Path(file_okay=False, path_type=Path),
@@ -766,7 +769,7 @@ def container() -> None:
     show_default=True,
     help="The project (folder with containers/).",
 )
-def build_command(name, force, output, digest_file, overrides, timeout, project) -> None:
+def build_command(name, force, output, digest_file, overrides, timeout, push, cluster, ssh_options, project) -> None:
     """Build image NAME of containers/images.yaml (default: ci) unless it is up to date.
 
     Up to date means: the image beside its stamp has the content hash of the
@@ -804,6 +807,33 @@ def build_command(name, force, output, digest_file, overrides, timeout, project)
         click.echo(f"{result.name}: built {where} ({result.digest}, {result.seconds:.0f} s); digest in {_display(result.digest_file)}")
     else:
         click.echo(f"{result.name}: up to date ({where}, {result.digest})")
+    if push:
+        from orchestrator import ship
+
+        target = push_target(project, cluster, SubprocessRunner())
+        pushed = ship.push(result.image, target, SubprocessRunner(), ssh_options=ssh_options, say=lambda line: click.echo(line, err=True))
+        how = f"{pushed.bytes_transferred} bytes sent ({pushed.method})" if pushed.transferred else "already there, nothing sent"
+        click.echo(f"{result.name}: pushed to {target}: {how}; sha256 verified")
+
+
+def push_target(project: Path, cluster: str | None, runner) -> str:
+    """``host:path`` where jobs of the profile find the image (its container.image, with
+    the account filled in from params.yaml)."""
+    import getpass
+
+    from orchestrator import ship
+    from orchestrator.workspace import Workspace
+
+    ws = Workspace.open(project, cluster, runner)
+    c = ws.profile.profile.container
+    if not (c.push_host and c.image):
+        raise ContainerError(
+            f"profile {ws.cluster!r} says nowhere to push: it needs container.push_host and container.image",
+            hints=["set them in a copy of the profile (orchestrator clusters show NAME --format yaml)"],
+        )
+    user = c.push_host.split("@", 1)[0] if "@" in c.push_host else getpass.getuser()
+    values = {"USER": user, **({"SLURM_JOB_ACCOUNT": ws.params.settings.account} if ws.params.settings.account else {})}
+    return f"{c.push_host}:{ship.remote_image_path(c.image, values)}"
 
 
 def _display(path: Path) -> str:

@@ -105,6 +105,7 @@ class Container:
     gpu_flag: str | None = None  # --rocm or --nv
     binds: tuple[str, ...] = ()  # always bound (site libraries, file systems)
     setup: tuple[str, ...] = ()  # shell lines run inside the container first
+    push_host: str | None = None  # [user@]host that `container build --push` copies the image to
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,8 @@ def _environment_problems(p: Profile) -> list[str]:
     for what, value in templates:
         if value is not None:
             found += [f"{what}: {msg}" for msg in shell.runtime_problems(value)]
+    if p.container.push_host is not None and not re.fullmatch(r"([A-Za-z0-9._-]+@)?[A-Za-z0-9._-]+", p.container.push_host):
+        found.append(f"container.push_host {p.container.push_host!r}: expected [user@]host (an alias from your ssh config works)")
     if p.container.image and not p.container.runtime:
         found.append("container.image is set but container.runtime is not (apptainer or singularity)")
     if p.container.gpu_flag not in (None, "--nv", "--rocm"):

@@ -85,12 +85,14 @@ SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "ElapsedRaw", "NNodes", "NodeLi
 SQUEUE_FORMAT = "%i|%T|%M|%D|%N|%r"
 
 
-def sbatch_argv(script: str, after: Iterable[str] = ()) -> list[str]:
-    """Submit ``script``; with ``after``, once those jobs succeed (and never if one fails)."""
+def sbatch_argv(script: str, workdir: str, after: Iterable[str] = ()) -> list[str]:
+    """Submit ``script`` to run in ``workdir`` (its relative log path is resolved
+    there, wherever we are); with ``after``, once those jobs succeed (never if one fails)."""
+    argv = ["sbatch", "--parsable", f"--chdir={workdir}"]
     after = list(after)
-    if not after:
-        return ["sbatch", "--parsable", script]
-    return ["sbatch", "--parsable", f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes", script]
+    if after:
+        argv += [f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes"]
+    return [*argv, script]
 
 
 def sacct_argv(job_ids: Iterable[str]) -> list[str]:

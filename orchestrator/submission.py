@@ -158,7 +158,7 @@ def _submit_recorder(ws: Workspace, backend, runner: Runner, targets, job_ids: l
         )
         script = ws.root / SCRIPTS_DIR / "record.sbatch"
         write_script(script, text)
-        done = runner.run(["sbatch", "--parsable", str(script)], timeout=120)
+        done = runner.run(slurm.sbatch_argv(str(script), ws.workspace), timeout=120)
         if done.returncode != 0:
             raise backends.SchedulerError(f"the recording job was refused: {done.stderr.strip()}", hints=["the jobs are submitted; run `dvc repro` when they end"])
         job_id = slurm.parse_sbatch(done.stdout)

@@ -453,3 +453,27 @@ def test_a_failing_real_build_leaves_nothing_half_written(apptainer, tmp_path):
     assert proc.returncode == 1
     assert "building image 'tiny' failed" in proc.stderr and "tiny.build.log" in proc.stderr and "/nonexistent/input" in proc.stderr
     assert not (out_dir / "tiny.sif").exists() and not list(out_dir.glob(".*.tmp"))
+
+
+@pytest.mark.ssh
+def test_build_push_to_the_profiles_image_path_then_nothing_to_send(apptainer, sshd, tmp_path):
+    """`container build --push`: the image lands where the profile says jobs find it;
+    a second push sends nothing."""
+    import yaml
+
+    project = make_tiny(tmp_path / "proj")
+    remote = tmp_path / "cluster project's dir"
+    profile = yaml.safe_load((ROOT / "orchestrator/profiles/testbed.yaml").read_text())
+    profile["container"] = {"runtime": "apptainer", "image": f"{remote}/${{SLURM_JOB_ACCOUNT}}/tiny.sif", "push_host": sshd.host}
+    (project / "cluster.yaml").write_text(yaml.safe_dump(profile))
+    (project / "params.yaml").write_text("orchestrator: {cluster: cluster.yaml, account: project_465000858}\n")
+    ssh = [f"--ssh-option={o}" for o in sshd.options]
+    first, _ = cli("build", "tiny", "--push", *ssh, cwd=project, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    pushed = remote / "project_465000858" / "tiny.sif"
+    assert "bytes sent" in first.stdout and pushed.read_bytes() == (project / ct.IMAGES_DIR / "tiny.sif").read_bytes()
+    again, _ = cli("build", "tiny", "--push", *ssh, cwd=project)
+    assert again.returncode == 0 and "tiny: up to date" in again.stdout and "already there, nothing sent" in again.stdout
+    (project / "cluster.yaml").write_text(yaml.safe_dump({**profile, "container": {**profile["container"], "push_host": "root@127.0.0.1"}}))
+    unreachable, _ = cli("build", "tiny", "--push", "--ssh-option=-p", "--ssh-option=1", "--ssh-option=-oConnectTimeout=3", "--ssh-option=-oBatchMode=yes", cwd=project)
+    assert unreachable.returncode != 0 and "cannot reach" in unreachable.stderr and "Traceback" not in unreachable.stderr

@@ -85,7 +85,8 @@ def test_hostile_values_are_rendered_safely_and_never_executed(tmp_path):
     bin_dir, record_dir = tmp_path / "bin", tmp_path / "records"
     install_recorders(bin_dir)
     record_dir.mkdir()
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORD_DIR": str(record_dir), "ORCH_TEST_ROOT": str(tmp_path / "node")}
+    # SLURM_JOB_ID: what sbatch gives a batch script (here run by hand).
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORD_DIR": str(record_dir), "ORCH_TEST_ROOT": str(tmp_path / "node"), "SLURM_JOB_ID": "42"}
 
     for cluster, form in [("testbed", "sbatch"), ("testbed", "srun"), (str(profile_file), "sbatch")]:
         out = tmp_path / f"scripts-{Path(cluster).stem}-{form}"

@@ -77,7 +77,7 @@ def test_submits_waits_and_records(project):
     outcome, lines = run(project, runner)
     assert outcome.record.job_id == "101" and outcome.record.state == State.COMPLETED and not outcome.attached
     (sbatch,) = runner.called("sbatch")
-    assert sbatch[:2] == ["sbatch", "--parsable"] and sbatch[2].endswith(".orchestrator/scripts/testbed/bench@x.sbatch")
+    assert sbatch[:3] == ["sbatch", "--parsable", f"--chdir={project.resolve()}"] and sbatch[3].endswith(".orchestrator/scripts/testbed/bench@x.sbatch")
     assert (project / ".orchestrator/scripts/testbed/bench@x.sbatch").is_file()
     assert [line.split(": ", 1)[1] for line in lines] == [
         "submitted job 101 on testbed (2x2); log .orchestrator/logs/bench@x-101.log",

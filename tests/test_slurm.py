@@ -59,4 +59,5 @@ def test_config_value():
 
 def test_argv_are_lists_of_words():
     assert slurm.sacct_argv(["1", "2"])[:7] == ["sacct", "-X", "-D", "-n", "-P", "-j", "1,2"]
-    assert slurm.sbatch_argv("a b.sbatch") == ["sbatch", "--parsable", "a b.sbatch"]
+    assert slurm.sbatch_argv("a b.sbatch", "/w s") == ["sbatch", "--parsable", "--chdir=/w s", "a b.sbatch"]
+    assert slurm.sbatch_argv("x", "/w", ["1", "2"])[3:5] == ["--dependency=afterok:1:2", "--kill-on-invalid-dep=yes"]

@@ -60,9 +60,15 @@ export -f orch_task
 # The requeue signal reaches every task before the time limit; the training then
 # checkpoints and exits 75, and the job runs again from here, outside the
 # container (Lightning's own requeue calls scontrol inside the task, where there is none).
+# Rank 0 leaves this marker once the checkpoint is in place: when the first rank
+# to exit 75 makes srun kill the others, srun's own status no longer says 75.
+export ORCH_REQUEUE_MARKER=/work/project/.orchestrator/requeue/benchmark@pydoc-base-device_cfg4-"$SLURM_JOB_ID"
+mkdir -p -- "$(dirname -- "$ORCH_REQUEUE_MARKER")"
+rm -f -- "$ORCH_REQUEUE_MARKER"
 rc=0
 srun --kill-on-bad-exit=1 --cpus-per-task=16 --cpu-bind=mask_cpu:0xffff000000000000,0xffff00000000,0xffff0000,0xffff bash -c orch_task || rc=$?
-if [ "$rc" = 75 ]; then
+if [ "$rc" = 75 ] || [ -e "$ORCH_REQUEUE_MARKER" ]; then
+  rm -f -- "$ORCH_REQUEUE_MARKER"
   restarts="${SLURM_RESTART_COUNT:-0}"
   if [ "$restarts" -lt 3 ]; then
     echo "orchestrator: checkpointed before the time limit; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)) of 3)" >&2

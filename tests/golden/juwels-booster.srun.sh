@@ -52,7 +52,12 @@ export -f orch_task
 # The requeue signal reaches every task before the time limit; the training then
 # checkpoints and exits 75, and the job runs again from here, outside the
 # container (Lightning's own requeue calls scontrol inside the task, where there is none).
+# Rank 0 leaves this marker once the checkpoint is in place: when the first rank
+# to exit 75 makes srun kill the others, srun's own status no longer says 75.
+export ORCH_REQUEUE_MARKER=/work/project/.orchestrator/requeue/benchmark@pydoc-base-device_cfg4-"$$"
+mkdir -p -- "$(dirname -- "$ORCH_REQUEUE_MARKER")"
 for attempt in $(seq 0 3); do
+  rm -f -- "$ORCH_REQUEUE_MARKER"
   rc=0
   srun \
     --job-name=benchmark@pydoc-base-device_cfg4 \
@@ -70,9 +75,10 @@ for attempt in $(seq 0 3); do
     --kill-on-bad-exit=1 \
     --cpu-bind=mask_cpu:0xfc0000,0xfc0,0xfc0000000000,0xfc0000000 \
     bash -c orch_task || rc=$?
-  [ "$rc" = 75 ] || exit "$rc"
+  [ "$rc" = 75 ] || [ -e "$ORCH_REQUEUE_MARKER" ] || exit "$rc"
   echo "orchestrator: checkpointed before the time limit; launching again (restart $((attempt + 1)) of 3)" >&2
 done
+rm -f -- "$ORCH_REQUEUE_MARKER"
 echo "orchestrator: checkpointed, but the job already ran 4 times: giving up" >&2
 exit 75
 
