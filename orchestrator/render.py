@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from orchestrator.plan import Plan
+from orchestrator.plan import REQUEUE_EXIT, Plan
 from orchestrator.shell import Shell, quote
 
 PACKAGE_DIR = Path(__file__).parent
@@ -46,6 +46,7 @@ def environment():
         lstrip_blocks=True,
     )
     env.filters["raw"] = Shell
+    env.globals["REQUEUE_EXIT"] = Shell(str(REQUEUE_EXIT))
     # Comments are code too: a value with a newline must not end the comment.
     env.filters["comment"] = quote
     return env

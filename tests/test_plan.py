@@ -107,3 +107,16 @@ def test_bad_run_args_name_the_item():
 
     with pytest.raises(PipelineError, match="stage@x: Invalid value for '--nodes'"):
         parse_run_args(["--nodes", "zero", "--", "python"], "stage@x")
+
+
+def test_the_training_and_the_scripts_agree_on_the_requeue_exit_status():
+    import importlib.util
+
+    from conftest import skip_or_fail
+
+    if importlib.util.find_spec("pytorch_lightning") is None:
+        skip_or_fail("pytorch_lightning is not installed")
+    from experiments.requeue import REQUEUE_EXIT as training
+    from orchestrator.plan import REQUEUE_EXIT as scripts
+
+    assert training == scripts == 75
