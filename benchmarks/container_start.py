@@ -51,7 +51,7 @@ def build_command() -> list[str]:
 def wall(runs: list[list[str]], n: int, warmup: int = 2) -> list[list[float]]:
     times: list[list[float]] = [[] for _ in runs]
     for i in range(warmup + n):
-        for argv, ts in zip(runs, times):
+        for argv, ts in zip(runs, times, strict=True):
             t0 = time.perf_counter()
             subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             if i >= warmup:
@@ -92,7 +92,7 @@ def main() -> int:
         "exec_python": [runtime, "exec", str(image), "python3", "-c", "pass"],
         "noop_check": build,
     }
-    times = dict(zip(runs, wall(list(runs.values()), n)))
+    times = dict(zip(runs, wall(list(runs.values()), n), strict=True))
     result = {name: summary(runs[name], times[name]) for name in runs}
     med = {name: result[name]["median_s"] for name in runs}
     result["exec_overhead_s"] = {"true": med["exec_true"] - med["bare_true"], "python": med["exec_python"] - med["bare_python"]}

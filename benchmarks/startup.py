@@ -97,7 +97,7 @@ def wall(runs: list[list[str]], cwd: Path, n: int, warmup: int = 2) -> list[list
     """Wall times per argv; rounds interleave the commands so load drifts hit all alike."""
     times: list[list[float]] = [[] for _ in runs]
     for i in range(warmup + n):
-        for argv, ts in zip(runs, times):
+        for argv, ts in zip(runs, times, strict=True):
             t0 = time.perf_counter()
             subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             if i >= warmup:
