@@ -37,15 +37,9 @@ NOOP_BOUND_S = 2.0
 
 
 def build_command() -> list[str]:
-    """`orchestrator container build` as a user runs it (the console script), or the
-    module while the group is not registered in the main CLI."""
-    sys.path.insert(0, str(ROOT))
-    from orchestrator.cli import main
-
-    if "container" in main.commands:
-        beside = Path(sys.executable).parent / "orchestrator"
-        return [str(beside) if beside.is_file() else "orchestrator", "container", "build"]
-    return [sys.executable, "-m", "orchestrator.container", "build"]
+    """`orchestrator container build` as a user runs it (the console script)."""
+    beside = Path(sys.executable).parent / "orchestrator"
+    return [str(beside) if beside.is_file() else "orchestrator", "container", "build"]
 
 
 def wall(runs: list[list[str]], n: int, warmup: int = 2) -> list[list[float]]:

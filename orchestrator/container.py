@@ -796,10 +796,7 @@ def build_command(name, force, output, digest_file, overrides, timeout, push, cl
             timeout=timeout,
             say=lambda line: click.echo(line, err=True),
         )
-    except OrchestratorError as exc:
-        click.secho(f"error: {exc.render()}", err=True, fg="red")
-        sys.exit(exc.exit_code)
-    except OSError as exc:  # an unwritable image folder, a full disk
+    except OSError as exc:  # an unwritable image folder, a full disk (our own errors: the main CLI reports them)
         click.secho(f"error: {exc}", err=True, fg="red")
         sys.exit(1)
     where = _display(result.image)
@@ -842,6 +839,3 @@ def _display(path: Path) -> str:
     except ValueError:
         return str(path)
 
-
-if __name__ == "__main__":  # python -m orchestrator.container build ...
-    container()
