@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from experiments import data, metrics, models
 from experiments.callbacks import RankReport, StepTimer, cluster_environment
 from experiments.classifier import TextClassifier
-from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, resume_path
+from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     module = TextClassifier(args.model, dataset.vocab_size, dataset.seq_len, dataset.num_classes, args.lr)
     parameters = sum(p.numel() for p in module.parameters())
     timer = StepTimer(warmup_steps=args.max_steps // 10)
-    requeue = CheckpointOnSignal(args.output / "requeue.ckpt")
+    requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))
     report = RankReport(
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={accelerator} precision={precision} "
         f"dataset={args.dataset} model={args.model} parameters={parameters} batch_size={args.batch_size} max_steps={args.max_steps}"

@@ -54,6 +54,14 @@ class CheckpointOnSignal(pl.Callback):
             trainer.should_stop = True
 
 
+def checkpoint_path(model_dir: Path) -> Path:
+    """Where the requeue checkpoint lives: inside the run's model output (a DVC out),
+    because what a job must keep is exactly its declared outputs. When the job runs
+    from a copy on fast storage (staging), those are copied back before the requeue,
+    so the next run resumes even on other nodes."""
+    return model_dir / "requeue.ckpt"
+
+
 def resume_path(path: Path) -> Path | None:
     """The checkpoint to resume from, if an earlier run of this job left one."""
     return path if path.is_file() else None

@@ -108,8 +108,11 @@ def run_item(
     polling = polling or Polling()
     say = say or _say
     ws = Workspace.open(ctx.root, cluster, runner, form)
-    job = pipeline.Job(pipeline.Item(ctx.item, ctx.item.split("@", 1)[0], "", (), ctx.wdir), spec)
-    plan = ws.plan(job)
+    # Inside `dvc repro` the item as DVC resolves it (its deps and outs are staged);
+    # by hand, an ad-hoc job that runs where it is.
+    item = pipeline.resolve_one(ctx.root, ctx.item, ws.overlay) if ctx.from_dvc else None
+    job = pipeline.Job(item or pipeline.Item(ctx.item, ctx.item.split("@", 1)[0], "", (), ctx.wdir), spec)
+    plan = ws.plan(job, staged=item is not None)
     if plan.problems:
         raise PlanError(f"cannot run {ctx.item} on {ws.cluster}", plan.problems)
     text = render.render(plan)

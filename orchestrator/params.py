@@ -4,7 +4,7 @@ Two sections belong to us:
 
 ``orchestrator``
     Settings for every item: the cluster profile this workspace runs on, the
-    account, and defaults for partition and time.
+    account, the container image, and defaults for partition and time.
 
 ``clusters``
     Per-profile changes to the params, e.g. the bigger device matrix and model
@@ -37,6 +37,9 @@ class Settings:
     account: str | None = None
     partition: str | None = None
     time: str | None = None
+    # The containers/images.yaml entry the jobs run in ("none": on the host). dvc.yaml's
+    # training stages depend on containers/<image>.digest, so a new image makes them stale.
+    image: str | None = None
 
 
 @dataclass(frozen=True)

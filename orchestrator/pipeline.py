@@ -10,6 +10,7 @@ own context before the stages are resolved, as ``dvc exp run -S`` would set it.
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,29 @@ class Item:
     outs: tuple[str, ...]
     wdir: str  # relative to the project root; "" for the root
     removable: tuple[str, ...] = ()  # outs without `persist: true`
+    deps: tuple[str, ...] = ()  # as written (relative to wdir), params files included
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Deps inside the project, relative to its root: what a job reads from it."""
+        return _inside(self.deps, self.wdir)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Outs relative to the project root."""
+        return _inside(self.outs, self.wdir)
+
+
+def _inside(paths: Sequence[str], wdir: str) -> tuple[str, ...]:
+    found = []
+    for path in paths:
+        if "://" in path or path.startswith(("/", "~")):
+            continue  # a URL or a path outside the project: read where it is
+        joined = posixpath.normpath(posixpath.join(wdir, path)) if wdir else posixpath.normpath(path)
+        if joined != ".." and not joined.startswith("../") and joined not in found:
+            found.append(joined)
+    return tuple(found)
+
 
 @dataclass(frozen=True)
 class Job:
@@ -53,7 +77,18 @@ def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
     return [_item(name, data) for name, data in stages.items()]
 
 
-def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None) -> Item:
+    """One item of ``root/dvc.yaml`` (what ``dvc repro`` is running), without resolving the rest."""
+    from dvc.exceptions import DvcException
+
+    try:
+        (data,) = _resolve_with_dvc(root, overlay or {}, name).values()
+    except DvcException as exc:
+        raise PipelineError(f"DVC cannot resolve stage {name!r} of {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
+    return _item(name, data)
+
+
+def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
     from dvc.dvcfile import ProjectFile
     from dvc.parsing import DataResolver
     from dvc.parsing.context import Context
@@ -64,6 +99,8 @@ def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any]) -> dict[str, Any]:
         resolver = DataResolver(repo, str(root), contents)
         if overlay:
             resolver.context.merge_update(Context(overlay), overwrite=True)
+        if name is not None:
+            return resolver.resolve_one(name)
         return resolver.resolve()["stages"]
 
 
@@ -87,7 +124,18 @@ def _item(name: str, data: Mapping[str, Any]) -> Item:
         outs=tuple(path for path, _ in entries),
         wdir=str(data.get("wdir", "") or "").strip("./"),
         removable=tuple(path for path, flags in entries if not flags.get("persist")),
+        deps=tuple(str(d) for d in data.get("deps", ()) or ()) + _params_files(data.get("params", ())),
     )
+
+
+def _params_files(entries: Sequence[Any]) -> tuple[str, ...]:
+    """The params files a stage reads: params.yaml for bare keys, else the named files."""
+    files = []
+    for entry in entries or ():
+        for name in entry if isinstance(entry, Mapping) else ["params.yaml"]:
+            if str(name) not in files:
+                files.append(str(name))
+    return tuple(files)
 
 
 def _entries(entries: Sequence[Any]) -> list[tuple[str, Mapping[str, Any]]]:

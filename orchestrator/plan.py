@@ -36,6 +36,15 @@ class ContainerExec:
 
 
 @dataclass(frozen=True)
+class Staging:
+    """The job runs from a copy of its inputs on the profile's fast storage."""
+
+    inputs: tuple[str, ...]  # relative to the workspace: deps, and outs (a requeued run's checkpoint)
+    outputs: tuple[str, ...]  # relative to the workspace: copied back at the end and before a requeue
+    node_local: bool  # copy onto every node (else once, from the batch script)
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything about one job, ready to render; ``problems`` lists what is wrong."""
 
@@ -46,7 +55,8 @@ class Plan:
     version: str
     job_name: str
     workspace: str
-    workdir: str  # where the command runs (the stage's wdir)
+    workdir: str  # the stage's wdir in the workspace
+    run_dir: Shell  # where the command runs: workdir, or its copy on fast storage
     log: str  # relative to the workspace
     nodes: int
     tasks_per_node: int
@@ -62,6 +72,7 @@ class Plan:
     master_addr_suffix: str
     max_requeues: int  # 0: no requeue protocol (local form, or no requeue signal)
     container: ContainerExec | None
+    staging: Staging | None
     command: tuple[str, ...]
     binding: binding.Binding | None
     problems: tuple[str, ...]
@@ -89,7 +100,12 @@ def make_plan(
     settings: Settings,
     workspace: str,
     form: Form | None = None,
+    *,
+    inputs: tuple[str, ...] | None = None,
+    outputs: tuple[str, ...] = (),
 ) -> Plan:
+    """The job for ``item``; ``inputs``/``outputs`` (relative to the workspace) are what
+    staging copies (None: not known, so the job runs in the workspace itself)."""
     p = loaded.profile
     problems: list[str] = []
     form = form or p.scheduler.launcher
@@ -130,8 +146,16 @@ def make_plan(
         if not _DIRECTIVE_SAFE.fullmatch(arg):
             problems.append(f"{arg!r} has characters a Slurm directive cannot carry (allowed: letters, digits and ._@%:/+=,-)")
 
+    if inputs is not None:  # a dvc.yaml item (not an ad-hoc job): its deps must name the image
+        problems += _image_problems(p, job, settings)
     env = _environment(p, job, item, tasks, name)
-    container = _container(p, job, workspace, workdir, problems) if job.container and p.container.runtime else None
+    staging = None
+    if form == "sbatch" and p.storage.workdir_root and inputs is not None:
+        # Outputs first: an out that is also a dep (a stage updating its own file) comes back.
+        staging = Staging(tuple(dict.fromkeys((*inputs, *outputs))), outputs, p.storage.node_local)
+        env += (("ORCH_STAGE", Shell('"$ORCH_WORKDIR/work"')),)
+    run_dir = Shell('"$ORCH_STAGE"' + quote("/" + wdir)) if staging and wdir else Shell('"$ORCH_STAGE"') if staging else quote(workdir)
+    container = _container(p, job, workspace, run_dir, problems) if job.container and p.container.runtime else None
     return Plan(
         item=item,
         profile=p.name,
@@ -141,6 +165,7 @@ def make_plan(
         job_name=name,
         workspace=workspace,
         workdir=workdir,
+        run_dir=run_dir,
         log=log,
         nodes=job.nodes,
         tasks_per_node=tasks,
@@ -156,6 +181,7 @@ def make_plan(
         master_addr_suffix=p.environment.master_addr_suffix,
         max_requeues=p.scheduler.max_requeues if p.uses_slurm and p.requeue_signal_name else 0,
         container=container,
+        staging=staging,
         command=job.command,
         binding=bound if whole_node else None,
         problems=tuple(problems),
@@ -182,6 +208,20 @@ def _lightning_problems(job: JobSpec, tasks: int) -> list[str]:
     if num_nodes is not None and num_nodes != str(job.nodes):
         found.append(f"nodes ({job.nodes}) != Lightning num_nodes ({num_nodes}) in the command")
     return found
+
+
+NO_IMAGE = "none"
+
+
+def _image_problems(p: Profile, job: JobSpec, settings: Settings) -> list[str]:
+    """The stage must depend on the image its tasks run in (see params.Settings.image)."""
+    if job.container and p.container.runtime and (settings.image or NO_IMAGE) == NO_IMAGE:
+        return [
+            f"profile {p.name} runs every task in a container ({p.container.image}), but params.yaml's "
+            f"orchestrator.image is {NO_IMAGE!r}: name the containers/images.yaml entry built for it, so that "
+            "its digest (containers/<image>.digest, a dependency of the stage) makes the stage stale when the image changes"
+        ]
+    return []
 
 
 def _slurm_problems(job: JobSpec, p: Profile, account: str | None, partition_name: str | None, partition: Partition | None, time: str) -> list[str]:
@@ -244,11 +284,16 @@ def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str) -> 
     if p.uses_slurm and p.requeue_signal_name:
         env.append(("ORCH_REQUEUE_SIGNAL", quote(p.requeue_signal_name)))
     if p.storage.workdir_root:
-        env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}"))))
+        env.append(("ORCH_WORKDIR", workdir_of(p, name)))
     return tuple(env)
 
 
-def _container(p: Profile, job: JobSpec, workspace: str, workdir: str, problems: list[str]) -> ContainerExec | None:
+def workdir_of(p: Profile, name: str) -> Shell:
+    """The item's folder on the profile's fast storage (expanded where the job runs)."""
+    return Shell(quote_runtime(p.storage.workdir_root or "") + quote(f"/{name}"))
+
+
+def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problems: list[str]) -> ContainerExec | None:
     c = p.container
     if not c.image:
         problems.append(f"profile {p.name} names a container runtime but no image (container.image)")
@@ -265,6 +310,6 @@ def _container(p: Profile, job: JobSpec, workspace: str, workdir: str, problems:
         if "," in path or ":" in path:
             problems.append(f"cannot bind {path!r} into the container: apptainer bind paths may not contain ',' or ':'")
     flags += [Shell(f"--bind {b}") for b in binds]
-    flags.append(Shell(f"--pwd {quote(workdir)}"))
+    flags.append(Shell(f"--pwd {run_dir}"))
     setup = "; ".join((*c.setup, 'exec "$@"')) if c.setup else ""
     return ContainerExec(runtime=c.runtime or "", flags=tuple(flags), image=quote_runtime(c.image), setup=setup)

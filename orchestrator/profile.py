@@ -119,6 +119,9 @@ class Environment:
 @dataclass(frozen=True)
 class Storage:
     workdir_root: str | None = None  # fast storage for the job's working dir (runtime template)
+    # True when workdir_root is a disk of each node (a job's inputs are copied to every
+    # node), False for a file system all nodes share (copied once, by the batch script).
+    node_local: bool = False
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,12 @@ class Workspace:
     def items(self, targets: Sequence[str] = ()) -> list[pipeline.Item]:
         return pipeline.select(pipeline.resolve(self.root, self.overlay), targets)
 
-    def plan(self, job: pipeline.Job) -> Plan:
-        return make_plan(job.spec, job.item.name, job.item.wdir, self.profile, self.params.settings, self.workspace, self.form)
+    def plan(self, job: pipeline.Job, staged: bool = True) -> Plan:
+        """``staged``: the item's deps and outs are known (a dvc.yaml item), so the job may
+        run from a copy on fast storage; an ad-hoc job runs where it is."""
+        item = job.item
+        inputs = item.inputs if staged else None
+        return make_plan(job.spec, item.name, item.wdir, self.profile, self.params.settings, self.workspace, self.form, inputs=inputs, outputs=item.outputs)
 
     def script_path(self, plan: Plan) -> Path:
         return self.root / SCRIPTS_DIR / safe_name(self.cluster) / render.filename(plan)

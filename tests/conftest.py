@@ -53,6 +53,9 @@ def make_project(where: Path, dvc_yaml: str | None = None, params_yaml: str | No
     where.mkdir(parents=True, exist_ok=True)
     (where / "dvc.yaml").write_text(dvc_yaml if dvc_yaml is not None else (ROOT / "dvc.yaml").read_text())
     (where / "params.yaml").write_text(params_yaml if params_yaml is not None else (ROOT / "params.yaml").read_text())
+    # The shipped stages depend on the image's digest file (none.digest: no image).
+    (where / "containers").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "containers/none.digest", where / "containers/none.digest")
     subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=where, check=True)
     return where
 

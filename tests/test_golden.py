@@ -36,8 +36,10 @@ def golden_plan(name, form):
         gpus_per_node=devices,
         binds=("/data/sets",) if p.profile.container.runtime else (),
     )
-    settings = params.Settings(account=ACCOUNTS.get(name))
-    return make_plan(spec, "benchmark@pydoc-base-device_cfg4", "", p, settings, "/work/project", form)
+    settings = params.Settings(account=ACCOUNTS.get(name), image="site" if p.profile.container.runtime else None)
+    # The item's deps and outs: the sbatch form of a profile with fast storage stages them.
+    inputs, outputs = ("experiments", "params.yaml"), ("results/a b/model", "results/a b/metrics.json")
+    return make_plan(spec, "benchmark@pydoc-base-device_cfg4", "", p, settings, "/work/project", form, inputs=inputs, outputs=outputs)
 
 
 @pytest.mark.parametrize(("name", "form"), list(cases()))

@@ -33,6 +33,9 @@ stages:
       python -m experiments.classify
       --dataset '${item.dataset}' --note "${item.note}" --devices 2
       --output 'results/${item.dataset}'
+    outs:
+      - results/${item.dataset}:
+          persist: true
 """
 
 RECORDER = """#!/bin/bash
@@ -79,7 +82,7 @@ def container_profile(tmp: Path) -> Path:
 
 def test_hostile_values_are_rendered_safely_and_never_executed(tmp_path):
     require("shellcheck")
-    params = {"orchestrator": {"cluster": "testbed", "account": "project_465000858"}, "datasets": NO_SINGLE_QUOTE, "notes": WITH_SINGLE_QUOTE}
+    params = {"orchestrator": {"cluster": "testbed", "account": "project_465000858", "image": "site"}, "datasets": NO_SINGLE_QUOTE, "notes": WITH_SINGLE_QUOTE}
     project = make_project(tmp_path / PROJECT_DIR, dvc_yaml=DVC_YAML, params_yaml=yaml.safe_dump(params))
     profile_file = container_profile(tmp_path)
     bin_dir, record_dir = tmp_path / "bin", tmp_path / "records"
@@ -87,6 +90,12 @@ def test_hostile_values_are_rendered_safely_and_never_executed(tmp_path):
     record_dir.mkdir()
     # SLURM_JOB_ID: what sbatch gives a batch script (here run by hand).
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORD_DIR": str(record_dir), "ORCH_TEST_ROOT": str(tmp_path / "node"), "SLURM_JOB_ID": "42"}
+
+    # Earlier outputs (a requeued run's checkpoint): staging copies them to the fast
+    # working dir and back, under their hostile names.
+    for dataset in NO_SINGLE_QUOTE:
+        (project / "results" / dataset).mkdir(parents=True)
+        (project / "results" / dataset / "state").write_text(dataset)
 
     for cluster, form in [("testbed", "sbatch"), ("testbed", "srun"), (str(profile_file), "sbatch")]:
         out = tmp_path / f"scripts-{Path(cluster).stem}-{form}"
@@ -114,6 +123,10 @@ def test_hostile_values_are_rendered_safely_and_never_executed(tmp_path):
     assert len(containers) == len(NO_SINGLE_QUOTE) * len(WITH_SINGLE_QUOTE)
     workspace = str(project.resolve())
     assert all(["--bind", workspace] == argv[argv.index(workspace) - 1 : argv.index(workspace) + 1] for argv in containers)
+    # ... the outputs came back from the staged copy unchanged ...
+    assert sorted(p.name for p in (project / "results").iterdir()) == sorted(NO_SINGLE_QUOTE)
+    assert all((project / "results" / d / "state").read_text() == d for d in NO_SINGLE_QUOTE)
+    assert any("ORCH_STAGE" in s.read_text() for s in (tmp_path / "scripts-lumi-local-sbatch").iterdir())
     # ... and nothing anywhere ran the injected text.
     assert not list(tmp_path.rglob(CANARY)), "an injected command was executed"
     assert not Path(CANARY).exists() and not (ROOT / CANARY).exists()

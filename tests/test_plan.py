@@ -6,13 +6,13 @@ from orchestrator import params, profile
 from orchestrator.plan import make_plan
 from orchestrator.spec import JobSpec, parse_run_args
 
-SETTINGS = params.Settings(account="project_465000858")
+SETTINGS = params.Settings(account="project_465000858", image="site")
 CMD = ("python", "-m", "experiments.classify")
 
 
-def plan_for(cluster, *, settings=SETTINGS, form=None, **job):
+def plan_for(cluster, *, settings=SETTINGS, form=None, inputs=None, outputs=(), wdir="", **job):
     spec = JobSpec(command=job.pop("command", CMD), **job)
-    return make_plan(spec, "stage@item", "", profile.load(cluster), settings, "/work/proj", form)
+    return make_plan(spec, "stage@item", wdir, profile.load(cluster), settings, "/work/proj", form, inputs=inputs, outputs=outputs)
 
 
 def test_lumi_2x8_asks_for_two_full_nodes_with_official_masks():
@@ -120,3 +120,29 @@ def test_the_training_and_the_scripts_agree_on_the_requeue_exit_status():
     from orchestrator.plan import REQUEUE_EXIT as scripts
 
     assert training == scripts == 75
+
+
+def test_a_container_profile_needs_the_image_named_in_params():
+    """Else the stages would not depend on the image's digest: a new image would not make them stale."""
+    p = plan_for("lumi", settings=params.Settings(account="project_465000858"), inputs=())
+    (problem,) = p.problems
+    assert problem.startswith("profile lumi runs every task in a container (/project/${SLURM_JOB_ACCOUNT}/containers/orchestrator.sif)")
+    assert "orchestrator.image is 'none'" in problem and "containers/<image>.digest" in problem
+    assert plan_for("lumi", container=False, settings=params.Settings(account="project_465000858"), inputs=()).problems == ()
+    assert plan_for("testbed", inputs=()).problems == ()
+    # An ad-hoc job (no stage, paths unknown) has no dependencies to keep right.
+    assert plan_for("lumi", settings=params.Settings(account="project_465000858")).problems == ()
+
+
+def test_staging_runs_the_job_from_a_copy_on_fast_storage():
+    inputs, outputs = ("data/train", "params.yaml"), ("results/a/model", "results/a/metrics.json")
+    p = plan_for("lumi", inputs=inputs, outputs=outputs, wdir="sub")
+    assert p.staging is not None and not p.staging.node_local
+    assert p.staging.inputs == inputs + outputs and p.staging.outputs == outputs  # outputs in: a requeued run's checkpoint
+    assert p.run_dir == """"$ORCH_STAGE"/sub""" and ("ORCH_STAGE", '"$ORCH_WORKDIR/work"') in p.env
+    assert "--pwd \"$ORCH_STAGE\"/sub" in p.container.flags
+    assert plan_for("generic-nvidia", inputs=inputs, outputs=outputs, settings=params.Settings(account="x", image="nvidia")).staging.node_local
+    # Not staged: paths unknown (an ad-hoc job), the blocking srun form, no fast storage.
+    assert plan_for("lumi").staging is None and plan_for("lumi").run_dir == "/work/proj"
+    assert plan_for("lumi", inputs=inputs, form="srun").staging is None
+    assert plan_for("local", inputs=inputs, outputs=outputs).staging is None

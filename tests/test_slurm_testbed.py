@@ -69,6 +69,27 @@ def jobs_of(account: str, since: float, project: Path | None = None) -> list[lis
     return [row[:4] for row in rows if project is None or row[4] == str(project.resolve())]
 
 
+def job_field(job_id: str, name: str) -> str:
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
+    return next(w.split("=", 1)[1] for w in shown.split() if w.startswith(name + "="))
+
+
+def wait_for_requeue(job_id: str, timeout: float) -> bool:
+    """True once the job was requeued (its first run ended, the next one is pending or on)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if job_field(job_id, "Restarts") != "0":
+            return True
+        time.sleep(1)
+    return False
+
+
+def release_requeued(job_id: str, *updates: str) -> None:
+    """Slurm holds a requeued job for 120 s before it may start again (its begin time);
+    the tests do not wait for that."""
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now", *updates], check=True)
+
+
 def ranks(project: Path, layout: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((project / "out" / layout).glob("rank*.json"))]
 
@@ -307,6 +328,8 @@ def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path
         pytest.fail(f"the job did not start training: {repro.communicate()[0][-2000:]}")
     time.sleep(3)  # some steps into training
     subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
+    assert wait_for_requeue(job_id, 120), log.read_text()[-4000:]
+    release_requeued(job_id)
     out, _ = repro.communicate(timeout=600)
     assert repro.returncode == 0, out[-4000:]
     text = log.read_text()
@@ -315,6 +338,6 @@ def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path
     result = project / "results/benchmark/pydoc-topics/tiny/1x2"
     assert json.loads((result / "metrics.json").read_text())["world_size"] == 2
     assert json.loads((result / "provenance.json").read_text())["requeues"] == 1
-    assert not (result / "requeue.ckpt").exists()
+    assert not (result / "model/requeue.ckpt").exists() and sorted(p.name for p in (result / "model").iterdir()) == ["model.ckpt"]
     runs = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=JobIDRaw,State"], capture_output=True, text=True).stdout.split()
     assert len(runs) == 2 and runs[-1].endswith("COMPLETED"), runs

@@ -39,6 +39,7 @@ orch_task() {
   export ORCH_DEVICES=4
   export ORCH_REQUEUE_SIGNAL=USR1
   export ORCH_WORKDIR="${TMPDIR}"/benchmark@pydoc-base-device_cfg4
+  export ORCH_STAGE="$ORCH_WORKDIR/work"
   # Scratch on the profile's fast storage (temporary files, caches); seed 000's
   # data loaders timed out on slow shared storage.
   export TMPDIR="$ORCH_WORKDIR/tmp"
@@ -51,11 +52,51 @@ orch_task() {
     --bind /work/project \
     --bind /data/sets \
     --bind "$ORCH_WORKDIR" \
-    --pwd /work/project \
+    --pwd "$ORCH_STAGE" \
     "${HOME}/containers/orchestrator.sif" \
     python -m experiments.classify --devices 4 --num-nodes 2 --output 'results/a b'
 }
 export -f orch_task
+
+# Staging: the job runs from a copy of its inputs on the profile's fast storage
+# (data loaders time out on slow shared storage, seed 000) and its outputs come
+# back at the end and before a requeue. rsync writes each file beside its place
+# and renames it in (--delay-updates: all at the end), so a half-copied
+# checkpoint never appears under its own name.
+export USER="${USER:-$(id -un)}"
+export ORCH_WORKDIR="${TMPDIR}"/benchmark@pydoc-base-device_cfg4
+export ORCH_STAGE="$ORCH_WORKDIR/work"
+orch_sync() (
+  # orch_sync FROM TO OPTION... -- PATH...: the PATHs under FROM that exist (a first
+  # run has no outputs yet) to the same places under TO.
+  set -euo pipefail
+  from="$1" to="$2" options=() paths=()
+  shift 2
+  while [ "$1" != -- ]; do options+=("$1"); shift; done
+  shift
+  cd "$from"
+  for path in "$@"; do
+    if [ -e "$path" ]; then paths+=("$path"); fi
+  done
+  if [ -n "${paths[*]-}" ]; then rsync -a --relative "${options[@]}" -- "${paths[@]}" "$to/"; fi
+)
+orch_stage_in() {
+  set -euo pipefail
+  command -v rsync >/dev/null || { echo "orchestrator: staging needs rsync on $(hostname)" >&2; exit 1; }
+  mkdir -p -- "$ORCH_STAGE"
+  orch_sync /work/project "$ORCH_STAGE" --delete -- experiments params.yaml 'results/a b/model' 'results/a b/metrics.json'
+}
+orch_stage_out() {
+  orch_sync "$ORCH_STAGE" /work/project --delete --delay-updates -- 'results/a b/model' 'results/a b/metrics.json'
+}
+orch_stage_clean() {
+  rm -rf -- "$ORCH_WORKDIR"
+}
+export -f orch_sync orch_stage_in orch_stage_clean
+# Node-local storage: every node gets its own copy; the outputs come back from
+# the first node's, where global rank 0 runs (and this script).
+orch_on_each_node() { srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$1"; }
+orch_on_each_node orch_stage_in
 
 # The requeue signal reaches every task before the time limit; the training then
 # checkpoints and exits 75, and the job runs again from here, outside the
@@ -69,6 +110,7 @@ rc=0
 srun --kill-on-bad-exit=1 --cpus-per-task=16 --cpu-bind=mask_cpu:0xffff000000000000,0xffff00000000,0xffff0000,0xffff bash -c orch_task || rc=$?
 if [ "$rc" = 75 ] || [ -e "$ORCH_REQUEUE_MARKER" ]; then
   rm -f -- "$ORCH_REQUEUE_MARKER"
+  orch_stage_out  # the checkpoint goes where the next run (perhaps on other nodes) starts from
   restarts="${SLURM_RESTART_COUNT:-0}"
   if [ "$restarts" -lt 3 ]; then
     echo "orchestrator: checkpointed before the time limit; requeueing job $SLURM_JOB_ID (restart $((restarts + 1)) of 3)" >&2
@@ -76,6 +118,11 @@ if [ "$rc" = 75 ] || [ -e "$ORCH_REQUEUE_MARKER" ]; then
     exit 0
   fi
   echo "orchestrator: checkpointed, but the job was already requeued 3 times: giving up" >&2
+elif [ "$rc" = 0 ]; then
+  orch_stage_out
+  orch_on_each_node orch_stage_clean
+else
+  echo "orchestrator: the job failed; its working copy stays in $ORCH_STAGE" >&2
 fi
 exit "$rc"
 
