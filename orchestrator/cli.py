@@ -18,7 +18,39 @@ from orchestrator.spec import run_options, spec_from_options
 
 
 class _Group(click.Group):
-    """Turns user errors into one message and a non-zero exit, never a traceback."""
+    """Turns user errors into one message and a non-zero exit, never a traceback.
+
+    Commands from other modules are imported only when used: ``orchestrator --help``
+    lists them from the help text given here (a login node's start-up stays light)."""
+
+    lazy: dict[str, tuple[str, str]] = {
+        "testbed": ("orchestrator.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."),
+        "container": ("orchestrator.container:container", "Container images: build the image jobs run in."),
+        "plan": ("orchestrator.layout_cli:plan", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str):
+        if name in self.lazy:
+            import importlib
+
+            module, attr = self.lazy[name][0].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        rows = []
+        for name in names:
+            if name in self.lazy:
+                rows.append((name, self.lazy[name][1]))
+            elif (cmd := super().get_command(ctx, name)) is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -38,29 +70,6 @@ def main() -> None:
     """
 
 
-class _LazyGroup(click.Group):
-    """A command group from another module, imported only when used: `orchestrator
-    --help` lists it from the help text given here, without importing it."""
-
-    def __init__(self, name: str, target: str, help: str) -> None:
-        super().__init__(name, help=help)
-        self.target = target
-
-    def _real(self) -> click.Group:
-        import importlib
-
-        module, attr = self.target.split(":")
-        return getattr(importlib.import_module(module), attr)
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return self._real().list_commands(ctx)
-
-    def get_command(self, ctx: click.Context, name: str):
-        return self._real().get_command(ctx, name)
-
-
-main.add_command(_LazyGroup("testbed", "orchestrator.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."))
-main.add_command(_LazyGroup("container", "orchestrator.container:container", "Container images: build the image jobs run in."))
 
 
 project_option = click.option(

@@ -81,6 +81,10 @@ class Node:
     cpu_masks: tuple[yamlio.Hex, ...] | None = None  # explicit masks, one per GPU, instead of deriving
     gpu: Gpu | None = None
     memory_gb: float | None = None
+    # Per GPU, one direction, GB/s (nominal; `orchestrator plan`'s communication model):
+    # to its peers inside the node, and its share of the node's network injection.
+    intra_node_gbps: float | None = None
+    inter_node_gbps: float | None = None
 
     @cached_property
     def reserved(self) -> frozenset[int]:
