@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 from experiments import data, metrics, models
 from experiments.callbacks import RankReport, StepTimer, cluster_environment
 from experiments.classifier import TextClassifier
+from experiments.power import PowerMonitor
 from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path
 
 
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parameters = sum(p.numel() for p in module.parameters())
     timer = StepTimer(warmup_steps=args.max_steps // 10)
     requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))
+    power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
     report = RankReport(
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={accelerator} precision={precision} "
         f"dataset={args.dataset} model={args.model} parameters={parameters} batch_size={args.batch_size} max_steps={args.max_steps}"
@@ -104,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         default_root_dir=args.output,  # whatever Lightning writes by itself stays in the output
         logger=PlotsLogger(args.output / "dvclive"),
         log_every_n_steps=max(1, args.max_steps // 100),  # ~100 points per curve
-        callbacks=[report, timer, requeue],
+        callbacks=[report, timer, requeue, power],
         plugins=_slurm_without_auto_requeue(),
         enable_checkpointing=False,  # the final model is saved explicitly below
         enable_progress_bar=sys.stdout.isatty(),  # batch logs would fill with progress bars
@@ -158,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "seed": args.seed,
             "torch_version": torch.__version__,
             "lightning_version": pl.__version__,
+            **power.metrics(),  # gpu_energy_j, gpu_power_mean_w, power_source
         },
     )
 

@@ -27,6 +27,7 @@ class _Group(click.Group):
         "testbed": ("orchestrator.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."),
         "container": ("orchestrator.container:container", "Container images: build the image jobs run in."),
         "plan": ("orchestrator.layout_cli:plan", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
+        "report": ("orchestrator.report_cli:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -13,7 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator import backends, fingerprint, ledger, pipeline, profile, provenance, render
@@ -44,11 +44,17 @@ class Clock:
     sleep: Callable[[float], None] = time.sleep
 
 
+def _env_seconds(name: str, default: float) -> Callable[[], float]:
+    return lambda: float(os.environ.get(name, default))
+
+
 @dataclass(frozen=True)
 class Polling:
-    first_s: float = 2.0
+    # Short at first (a quick local job is noticed at once), backing off to max_s
+    # (a long Slurm job costs the scheduler one query a minute).
+    first_s: float = field(default_factory=_env_seconds("ORCH_POLL_FIRST_S", 0.5))
     factor: float = 1.5
-    max_s: float = float(os.environ.get("ORCH_POLL_MAX_S", "60"))
+    max_s: float = field(default_factory=_env_seconds("ORCH_POLL_MAX_S", 60))
     heartbeat_s: float = 300.0  # a "still running" line at most this often
 
 

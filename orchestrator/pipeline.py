@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from orchestrator import shell, spec
 from orchestrator.errors import PipelineError
 
 PIPELINE_FILE = "dvc.yaml"
+# A stage whose cmd starts so is a job of ours (spec.run_args_of reads its words).
+_RUN = re.compile(r"\s*(\S*/)?(orchestrator|python[0-9.]*\s+-m\s+orchestrator)\s+run(\s|$)")
 
 
 @dataclass(frozen=True)
@@ -181,8 +184,8 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
     found: list[Job] = []
     problems: list[tuple[str, str]] = []
     for item in items:
-        if "orchestrator" not in item.cmd:
-            continue
+        if not _RUN.match(item.cmd):
+            continue  # not ours, or another subcommand (e.g. `orchestrator report` after the matrix)
         argv, syntax = shell.split_plain(item.cmd)
         if syntax:
             problems.append(
@@ -195,7 +198,7 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
             continue
         args = spec.run_args_of(argv)
         if args is None:
-            problems.append((item.name, "its cmd mentions the orchestrator but does not start with `orchestrator run`"))
+            problems.append((item.name, "its cmd looks like `orchestrator run ...` but is not plain words: write it as `orchestrator run [OPTIONS] -- COMMAND`"))
             continue
         if item.removable:
             # Once per stage: a matrix would repeat it for every item.

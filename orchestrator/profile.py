@@ -68,7 +68,9 @@ class Gpu:
     model: str
     memory_gb: float
     peak_tflops_bf16: float | None = None  # per device, dense; used for MFU
-    power_w: float | None = None  # typical board power, for energy estimates
+    # Per device, W: the board's power limit (TDP), for energy estimates when nothing was
+    # measured. Training rarely draws all of it, so such an estimate leans high.
+    power_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,20 @@ class Storage:
 
 
 @dataclass(frozen=True)
+class Site:
+    """Where the cluster draws its power, for emissions = energy x PUE x carbon intensity.
+
+    Both are the site's published or assumed figures (``source`` says which);
+    ``orchestrator report --pue/--carbon-intensity`` override them. Unset: the
+    report shows emissions as missing rather than guessing.
+    """
+
+    pue: float | None = None  # power usage effectiveness: facility energy / IT energy, >= 1
+    carbon_intensity_g_per_kwh: float | None = None  # grams CO2e per kWh the site draws
+    source: str | None = None  # where the two numbers come from (printed in the report)
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -137,6 +153,7 @@ class Profile:
     container: Container = Container()
     environment: Environment = Environment()
     storage: Storage = Storage()
+    site: Site = Site()
 
     @property
     def uses_slurm(self) -> bool:
@@ -232,6 +249,21 @@ def problems(p: Profile) -> list[str]:
             found.append(f"scheduler.partitions.{key}.max_nodes must be at least 1")
     found += _node_problems(n)
     found += _environment_problems(p)
+    found += _site_problems(p)
+    return found
+
+
+def _site_problems(p: Profile) -> list[str]:
+    found: list[str] = []
+    if p.site.pue is not None and not p.site.pue >= 1:
+        found.append(f"site.pue {p.site.pue:g}: a PUE is facility energy / IT energy, so at least 1")
+    if p.site.carbon_intensity_g_per_kwh is not None and not p.site.carbon_intensity_g_per_kwh >= 0:
+        found.append(f"site.carbon_intensity_g_per_kwh {p.site.carbon_intensity_g_per_kwh:g}: must be 0 or more")
+    gpu = p.node.gpu
+    if gpu is not None and gpu.power_w is not None and not gpu.power_w > 0:
+        found.append(f"node.gpu.power_w {gpu.power_w:g}: must be more than 0 (leave it out when unknown)")
+    if gpu is not None and gpu.peak_tflops_bf16 is not None and not gpu.peak_tflops_bf16 > 0:
+        found.append(f"node.gpu.peak_tflops_bf16 {gpu.peak_tflops_bf16:g}: must be more than 0 (leave it out when unknown)")
     return found
 
 
@@ -287,6 +319,8 @@ def _environment_problems(p: Profile) -> list[str]:
         found.append(f"container.push_host {p.container.push_host!r}: expected [user@]host (an alias from your ssh config works)")
     if p.container.image and not p.container.runtime:
         found.append("container.image is set but container.runtime is not (apptainer or singularity)")
+    if p.environment.master_addr_suffix and not re.fullmatch(r"[A-Za-z0-9.-]+", p.environment.master_addr_suffix):
+        found.append(f"environment.master_addr_suffix {p.environment.master_addr_suffix!r}: expected host name characters (letters, digits, '.', '-')")
     if p.container.gpu_flag not in (None, "--nv", "--rocm"):
         found.append(f"container.gpu_flag {p.container.gpu_flag!r}: expected --nv or --rocm")
     return found

@@ -82,6 +82,15 @@ def _converter():
     # Numbers are accepted where text is expected (an account such as 465000858).
     conv.register_structure_hook(str, strict(str, (str, int, float)))
     conv.register_structure_hook(Hex, lambda v, _: Hex(hex(v) if isinstance(v, int) and not isinstance(v, bool) else strict(str, (str,))(v, str)))
+
+    # cattrs makes a tuple of any iterable: a mapping's keys, a string's characters.
+    # YAML that means a list must be one.
+    def sequence(value: Any, kind: type) -> Any:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list, found {type(value).__name__} {value!r}")
+        return conv._structure_tuple(value, kind)
+
+    conv.register_structure_hook_func(lambda t: typing.get_origin(t) is tuple, sequence)
     return conv
 
 

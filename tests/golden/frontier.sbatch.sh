@@ -37,6 +37,7 @@ orch_task() {
   export MIOPEN_USER_DB_PATH="/tmp/${USER}-miopen-cache-${SLURM_NODEID}"
   export NCCL_NET_GDR_LEVEL="PHB"
   export NCCL_SOCKET_IFNAME="hsn0,hsn1,hsn2,hsn3"
+  export OMP_NUM_THREADS=7
   export ORCH_ITEM=benchmark@pydoc-base-device_cfg4
   export ORCH_PROFILE=frontier
   export ORCH_NUM_NODES=2

@@ -21,6 +21,7 @@ orch_task() {
   set -euo pipefail
   export USER="${USER:-$(id -un)}"  # profiles refer to it; not every launcher sets it
   export NCCL_SOCKET_IFNAME="^lo,docker"
+  export OMP_NUM_THREADS=16
   export ORCH_ITEM=benchmark@pydoc-base-device_cfg4
   export ORCH_PROFILE=generic-nvidia
   export ORCH_NUM_NODES=2

@@ -33,6 +33,7 @@ orch_task() {
   set -euo pipefail
   export USER="${USER:-$(id -un)}"  # profiles refer to it; not every launcher sets it
   export NCCL_SOCKET_IFNAME="ib0"
+  export OMP_NUM_THREADS=6
   export ORCH_ITEM=benchmark@pydoc-base-device_cfg4
   export ORCH_PROFILE=juwels-booster
   export ORCH_NUM_NODES=2
@@ -48,7 +49,7 @@ orch_task() {
   # must not kill a task that is still starting (ignoring survives exec).
   trap '' "$ORCH_REQUEUE_SIGNAL"
   # Rank 0's address as the interconnect knows it (no Slurm tools in the container).
-  MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)i"
+  MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"i
   export MASTER_ADDR
   exec apptainer exec \
     --nv \

@@ -21,6 +21,7 @@ orch_task() {
   set -euo pipefail
   export USER="${USER:-$(id -un)}"  # profiles refer to it; not every launcher sets it
   export GLOO_SOCKET_IFNAME="lo"
+  export OMP_NUM_THREADS=1
   export ORCH_ITEM=benchmark@pydoc-base-device_cfg4
   export ORCH_PROFILE=testbed
   export ORCH_NUM_NODES=2
