@@ -196,7 +196,9 @@ def attach_or_submit(
         return outcome
     if os.environ.get(ATTACH_ONLY) == "1":
         raise JobFailed(f"{plan.item}: no finished or running job with this script and inputs to record (attach-only mode: nothing is submitted)")
-    problems = backend.preflight(plan)
+    missing = [name for name in plan.secrets if not os.environ.get(name)]
+    problems = [f"secret {name} (orchestrator.secrets) is not set in this environment: export it before submitting" for name in missing]
+    problems += backend.preflight(plan)
     if problems:
         raise backends.SchedulerError(f"{plan.item} was not submitted", problems)
     remove_stale(ws.root, outs)  # what DVC does for outputs that do not persist

@@ -40,6 +40,10 @@ class Settings:
     # The containers/images.yaml entry the jobs run in ("none": on the host). dvc.yaml's
     # training stages depend on containers/<image>.digest, so a new image makes them stale.
     image: str | None = None
+    # Names of environment variables a job needs and that must never be written down
+    # (API tokens for loggers): each must be set where the job is submitted, and
+    # reaches the tasks through the scheduler's environment, by name only.
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ LOG_DIR = ".orchestrator/logs"
 REQUEUE_EXIT = 75
 _DIRECTIVE_SAFE = re.compile(r"[A-Za-z0-9._@%:/+=,-]+")
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._@-]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class Plan:
     node_local_dirs: tuple[str, ...]
     master_addr_suffix: str
     max_requeues: int  # 0: no requeue protocol (local form, or no requeue signal)
+    secrets: tuple[str, ...]  # environment variables the tasks need, passed by name only
     container: ContainerExec | None
     staging: Staging | None
     command: tuple[str, ...]
@@ -146,6 +148,7 @@ def make_plan(
         if not _DIRECTIVE_SAFE.fullmatch(arg):
             problems.append(f"{arg!r} has characters a Slurm directive cannot carry (allowed: letters, digits and ._@%:/+=,-)")
 
+    problems += [f"orchestrator.secrets: {n!r} is not an environment variable name" for n in settings.secrets if not _ENV_NAME.fullmatch(n)]
     if inputs is not None:  # a dvc.yaml item (not an ad-hoc job): its deps must name the image
         problems += _image_problems(p, job, settings)
     env = _environment(p, job, item, tasks, name, cpus_per_task)
@@ -180,6 +183,7 @@ def make_plan(
         node_local_dirs=p.environment.node_local_dirs,
         master_addr_suffix=p.environment.master_addr_suffix,
         max_requeues=p.scheduler.max_requeues if p.uses_slurm and p.requeue_signal_name else 0,
+        secrets=settings.secrets,
         container=container,
         staging=staging,
         command=job.command,

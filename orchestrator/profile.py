@@ -319,11 +319,17 @@ def _environment_problems(p: Profile) -> list[str]:
         found.append(f"container.push_host {p.container.push_host!r}: expected [user@]host (an alias from your ssh config works)")
     if p.container.image and not p.container.runtime:
         found.append("container.image is set but container.runtime is not (apptainer or singularity)")
+    for name in e.variables:
+        if _SECRET_NAME.search(name):
+            found.append(f"environment.variables.{name}: looks like a secret, and a profile's values are written into every script: list it in params.yaml's orchestrator.secrets instead (passed by name)")
     if p.environment.master_addr_suffix and not re.fullmatch(r"[A-Za-z0-9.-]+", p.environment.master_addr_suffix):
         found.append(f"environment.master_addr_suffix {p.environment.master_addr_suffix!r}: expected host name characters (letters, digits, '.', '-')")
     if p.container.gpu_flag not in (None, "--nv", "--rocm"):
         found.append(f"container.gpu_flag {p.container.gpu_flag!r}: expected --nv or --rocm")
     return found
+
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
 
 
 def to_yaml(p: Profile) -> str:
