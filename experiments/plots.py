@@ -25,4 +25,14 @@ class PlotsLogger(DVCLiveLogger):
         # step + 1: Lightning counts from 0, which DVCLive reads as "no step" (the
         # first two points both landed on step 1); now a point sits at the number
         # of optimizer steps done.
+        self._studio_off()
         super().log_metrics(metrics, None if step is None else step + 1, sync=True)
+
+    def _studio_off(self) -> None:
+        # Without DVC Studio, DVCLive's sync still re-reads params.yaml and every
+        # curve to build a post it then drops: ~6 ms a call, 8% of the tiny LM's CPU
+        # step when it logs every step (benchmarks/lightning_overhead.py). Only rank
+        # 0 has a Live; the others' experiment is a dummy.
+        skipped = getattr(self.experiment, "_studio_events_to_skip", None)
+        if isinstance(skipped, set) and "data" in skipped:
+            self.experiment.post_data_to_studio = lambda: None

@@ -292,6 +292,9 @@ def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpu
     ]
     if p.uses_slurm and p.requeue_signal_name:
         env.append(("ORCH_REQUEUE_SIGNAL", quote(p.requeue_signal_name)))
+    if p.node.gpu and p.node.gpu.peak_tflops_bf16:
+        # The training's MFU against the profile's peak, as the report computes it.
+        env.append(("ORCH_PEAK_TFLOPS", quote(f"{p.node.gpu.peak_tflops_bf16:g}")))
     if p.storage.workdir_root:
         env.append(("ORCH_WORKDIR", workdir_of(p, name)))
     return tuple(env)

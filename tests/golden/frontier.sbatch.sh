@@ -43,6 +43,7 @@ orch_task() {
   export ORCH_NUM_NODES=2
   export ORCH_DEVICES=8
   export ORCH_REQUEUE_SIGNAL=USR1
+  export ORCH_PEAK_TFLOPS=191.5
   export ORCH_WORKDIR="/lustre/orion/${SLURM_JOB_ACCOUNT}/scratch/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
   export ORCH_STAGE="$ORCH_WORKDIR/work"
   mkdir -p -- "$MIOPEN_USER_DB_PATH"

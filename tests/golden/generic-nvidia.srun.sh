@@ -27,6 +27,7 @@ orch_task() {
   export ORCH_NUM_NODES=2
   export ORCH_DEVICES=4
   export ORCH_REQUEUE_SIGNAL=USR1
+  export ORCH_PEAK_TFLOPS=312
   export ORCH_WORKDIR="${TMPDIR}"/benchmark@pydoc-base-device_cfg4
   # Scratch on the profile's fast storage (temporary files, caches); seed 000's
   # data loaders timed out on slow shared storage.

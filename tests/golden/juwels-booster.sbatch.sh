@@ -39,6 +39,7 @@ orch_task() {
   export ORCH_NUM_NODES=2
   export ORCH_DEVICES=4
   export ORCH_REQUEUE_SIGNAL=USR1
+  export ORCH_PEAK_TFLOPS=312
   export ORCH_WORKDIR="/p/scratch/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
   export ORCH_STAGE="$ORCH_WORKDIR/work"
   # Scratch on the profile's fast storage (temporary files, caches); seed 000's

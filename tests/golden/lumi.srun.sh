@@ -33,6 +33,7 @@ orch_task() {
   export ORCH_NUM_NODES=2
   export ORCH_DEVICES=8
   export ORCH_REQUEUE_SIGNAL=USR1
+  export ORCH_PEAK_TFLOPS=191.5
   export ORCH_WORKDIR="/flash/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
   mkdir -p -- "$MIOPEN_USER_DB_PATH"
   mkdir -p -- "$MIOPEN_CUSTOM_CACHE_DIR"

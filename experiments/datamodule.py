@@ -1,0 +1,43 @@
+"""The language model's loaders, built when the trainer asks for them.
+
+Lightning asks after it has restored a checkpoint and set up the process group,
+so the training order can start at the restored global step on this rank's slice
+(see :mod:`experiments.sampler`). Lightning must not add its own distributed
+sampler (``use_distributed_sampler=False`` in the trainer): the order shards itself.
+"""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader, DistributedSampler
+
+from experiments.lm_data import LMData
+from experiments.sampler import StepBatchSampler, StepLoader
+
+
+class LMDataModule(pl.LightningDataModule):
+    def __init__(self, data: LMData, batch_size: int, seed: int, num_workers: int = 0):
+        super().__init__()
+        self.data = data
+        self.batch_size = batch_size  # per device
+        self.seed = seed
+        self.num_workers = num_workers
+
+    def train_dataloader(self) -> StepLoader:
+        trainer = self.trainer
+        sampler = StepBatchSampler(
+            num_items=len(self.data.train),
+            batch_size=self.batch_size,
+            rank=trainer.global_rank,
+            world_size=trainer.world_size,
+            seed=self.seed,
+            start_step=trainer.global_step,  # restored from the checkpoint by now
+            steps=trainer.max_steps,
+        )
+        return StepLoader(self.data.train, sampler, num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        # Each rank a share; where the rows do not divide, a few repeat so every rank runs as many batches.
+        shard = DistributedSampler(self.data.val, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
+        return DataLoader(self.data.val, self.batch_size, sampler=shard, num_workers=self.num_workers)

@@ -1,0 +1,54 @@
+"""How much of the training loop's time goes to waiting for the next batch."""
+
+from __future__ import annotations
+
+import time
+
+import pytorch_lightning as pl
+
+
+class DataWait(pl.Callback):
+    """The share of the loop's time spent between one step's end and the next step's start.
+
+    That gap is where Lightning fetches the next batch from the loader (and moves
+    it to the device), plus its own bookkeeping between steps; the steps are the
+    time from ``on_train_batch_start`` to ``on_train_batch_end``. Counted after
+    ``warmup_steps``, like :class:`~experiments.callbacks.StepTimer`. Put it last in
+    the trainer's callbacks, so that the other callbacks' batch-end work (e.g. the
+    requeue check's all-reduce) counts as step time, not as waiting.
+
+    Host clocks, no device synchronisation (that would change what it measures):
+    on a GPU a fetch that overlaps kernels still queued is counted though the
+    GPU was busy, so there the share is an upper bound on the GPU's idle time.
+    """
+
+    def __init__(self, warmup_steps: int):
+        self.warmup_steps = warmup_steps
+        self.wait_s = 0.0
+        self.step_s = 0.0
+        self.gaps = 0  # waits counted: one fewer than the steps
+        self._start: float | None = None
+        self._end: float | None = None  # the previous counted step's end
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if trainer.global_step < self.warmup_steps:
+            return
+        if self._end is not None:
+            self.wait_s += now - self._end
+            self.gaps += 1
+        self._start = now
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
+    ) -> None:
+        if self._start is None:
+            return
+        now = time.perf_counter()
+        self.step_s += now - self._start
+        self._end = now
+
+    @property
+    def share(self) -> float | None:
+        """Waiting over waiting plus steps; None before two steps were counted."""
+        return self.wait_s / (self.wait_s + self.step_s) if self.gaps else None
