@@ -25,6 +25,7 @@ from experiments.callbacks import RankReport, StepTimer, cluster_environment
 from experiments.causal_lm import CausalLM
 from experiments.datamodule import LMDataModule
 from experiments.datawait import DataWait
+from experiments.power import PowerMonitor
 from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path
 
 STRATEGIES = ("auto", "ddp", "fsdp")
@@ -164,13 +165,14 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     timer = StepTimer(warmup_steps=args.max_steps // 10)
     wait = DataWait(warmup_steps=args.max_steps // 10)
     requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))
+    power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
     report = RankReport(
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={accelerator} precision={precision} strategy={args.strategy} "
         f"data={args.data} tokenizer={data.tokenizer} model={args.model} parameters={parameters} batch_size={args.batch_size} "
         f"seq_len={args.seq_len} goldfish_k={args.goldfish_k} max_steps={args.max_steps}"
     )
     # DataWait last: the other callbacks' batch-end work counts as step time, not as waiting.
-    trainer = build_trainer(args, [*callbacks, report, timer, requeue, wait], PlotsLogger(args.output / "dvclive"))
+    trainer = build_trainer(args, [*callbacks, report, timer, requeue, power, wait], PlotsLogger(args.output / "dvclive"))
     trainer.fit(module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers), ckpt_path=resume_path(requeue.path))
     # A signal during the last step leaves nothing to resume: finish now instead (validation has run).
     if requeue.checkpointed and trainer.global_step < args.max_steps:
@@ -230,6 +232,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
             "seed": args.seed,
             "torch_version": torch.__version__,
             "lightning_version": pl.__version__,
+            **power.metrics(),  # gpu_energy_j, gpu_power_mean_w, power_source
         },
     )
 
