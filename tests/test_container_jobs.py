@@ -44,13 +44,13 @@ def container_profile(tmp: Path, image: Path) -> Path:
     return path
 
 
-def container_project(tmp: Path, image: Path, device_cfgs: list[dict], max_steps: int, stages: dict | None = None) -> Path:
+def container_project(tmp: Path, image: Path, device_cfgs: list[dict], max_steps: int, stages: dict | None = None, batch_size: int = 16) -> Path:
     """The shipped pipeline on the testbed with every task in the CI image: params name
     the image, and its digest file (what `container build` writes) is in place."""
     profile = container_profile(tmp, image)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["orchestrator"] = {"cluster": str(profile), "account": ACCOUNT, "image": "ci"}
-    params["benchmark"].update(models=["tiny"], device_cfgs=device_cfgs, max_steps=max_steps)
+    params["benchmark"].update(models=["tiny"], device_cfgs=device_cfgs, max_steps=max_steps, batch_size=batch_size)
     pipeline = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     pipeline["stages"].update(stages or {})
     project = make_project(tmp / "p", dvc_yaml=yaml.safe_dump(pipeline, sort_keys=False), params_yaml=yaml.safe_dump(params, sort_keys=False))
@@ -70,7 +70,7 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
     project = container_project(tmp_path, ci_image, [{"num_nodes": 2, "num_gpus": 2}], 10, {"probe": probe})
     (project / "probe.py").write_text(PROBE)
 
-    done = dvc(project, "repro", env=LEAKED, timeout=900)
+    done = dvc(project, "repro", "benchmark", "probe", env=LEAKED, timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
 
     workspace = str(project.resolve())
@@ -99,9 +99,9 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
     assert "exec apptainer exec" in script and str(ci_image) in script
 
     # The image digest is a dependency of the stages: a new image makes them stale.
-    assert dvc(project, "status", "--json").stdout.strip() == "{}"
+    assert dvc(project, "status", "benchmark", "probe", "--json").stdout.strip() == "{}"
     (project / "containers/ci.digest").write_text("sha256:" + "0" * 64 + "\n")  # what a rebuild writes
-    stale = json.loads(dvc(project, "status", "--json").stdout)
+    stale = json.loads(dvc(project, "status", "benchmark", "probe", "--json").stdout)
     assert set(stale) == {"benchmark@pydoc-topics-tiny-device_cfg0", "probe"}, stale
     assert all({"changed deps": {"containers/ci.digest": "modified"}} in v for v in stale.values()), stale
 
@@ -121,10 +121,11 @@ def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_imag
     the training checkpoints, the batch script (outside, where scontrol is) copies the
     outputs back and requeues, and the next run resumes from the checkpoint."""
     require_torch()
-    project = container_project(tmp_path, ci_image, [{"num_nodes": 1, "num_gpus": 2}], 1500)
+    # About 2 minutes of training (0.05 s a step here): the limit is cut a few seconds in.
+    project = container_project(tmp_path, ci_image, [{"num_nodes": 1, "num_gpus": 2}], 2500, batch_size=64)
     item = "benchmark@pydoc-topics-tiny-device_cfg0"
     result = project / "results/benchmark/pydoc-topics/tiny/1x2"
-    repro = subprocess.Popen(["dvc", "repro"], cwd=project, env={**os.environ, "ORCH_POLL_MAX_S": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    repro = subprocess.Popen(["dvc", "repro", "benchmark"], cwd=project, env={**os.environ, "ORCH_POLL_MAX_S": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         job_id, log = None, None
         deadline = time.time() + 240
@@ -159,7 +160,7 @@ def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_imag
     runs = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=JobIDRaw,State"], capture_output=True, text=True).stdout.split()
     assert [r.split("|")[1] for r in runs] == ["REQUEUED", "COMPLETED"], runs
     metrics = json.loads((result / "metrics.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["max_steps"] == 1500
+    assert metrics["world_size"] == 2 and metrics["max_steps"] == 2500
     assert json.loads((result / "provenance.json").read_text())["requeues"] == 1
     assert sorted(p.name for p in (result / "model").iterdir()) == ["model.ckpt"]  # the requeue checkpoint is gone
     assert not (tmp_path / "fast/root" / item).exists()

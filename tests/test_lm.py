@@ -132,20 +132,61 @@ def test_text_jsonl_and_folders_give_the_same_rows(tmp_path):
     assert bytes(text.train[0].tolist()).decode() == TEXT[:33]
 
 
-def test_parquet_and_saved_datasets_read_their_text_column(tmp_path):
+def test_parquet_reads_its_text_column(tmp_path):
     require_training()
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa  # the test extra installs it
     import pyarrow.parquet as pq
     import torch
 
     pq.write_table(pa.table({"text": _halves(), "n": [1, 2]}), tmp_path / "d.parquet")
     expected = _load(_jsonl(tmp_path / "d.jsonl", _halves()))
     assert torch.equal(_load(tmp_path / "d.parquet").train, expected.train)
-    datasets = pytest.importorskip("datasets")
-    datasets.Dataset.from_dict({"text": _halves()}).save_to_disk(str(tmp_path / "saved"))
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": _halves()})}).save_to_disk(str(tmp_path / "saved-dict"))
+
+
+class _FakeDataset(dict):
+    """What our reader uses of a `datasets` Dataset: column_names and a column by name."""
+
+    @property
+    def column_names(self):
+        return list(self)
+
+
+class _FakeDatasetDict(dict):
+    pass
+
+
+def test_saved_datasets_folders_read_their_text_column(tmp_path, monkeypatch):
+    """Our part of reading a `save_to_disk` folder (finding it, the split, the column),
+    with the `datasets` package faked: the real one is not a dependency. (Checked
+    against datasets 5.2 in a separate environment when this was written.)"""
+    require_training()
+    import types
+
+    import torch
+
+    from experiments.lm_data import DataError
+
+    saved = {}
+
+    def load_from_disk(path):
+        return saved[path]
+
+    fake = types.SimpleNamespace(load_from_disk=load_from_disk, DatasetDict=_FakeDatasetDict)
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    expected = _load(_jsonl(tmp_path / "d.jsonl", _halves()))
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "state.json").write_text("{}")
+    saved[str(tmp_path / "saved")] = _FakeDataset(text=_halves(), n=[1, 2])
+    (tmp_path / "saved-dict").mkdir()
+    (tmp_path / "saved-dict" / "dataset_dict.json").write_text("{}")
+    saved[str(tmp_path / "saved-dict")] = _FakeDatasetDict(test=_FakeDataset(text=["x"]), train=_FakeDataset(text=_halves()))
     assert torch.equal(_load(tmp_path / "saved").train, expected.train)
     assert torch.equal(_load(tmp_path / "saved-dict").train, expected.train)
+    (tmp_path / "no-text").mkdir()
+    (tmp_path / "no-text" / "state.json").write_text("{}")
+    saved[str(tmp_path / "no-text")] = _FakeDataset(body=["x"])
+    with pytest.raises(DataError, match=r"no column 'text'; columns: body"):
+        _load(tmp_path / "no-text")
 
 
 def test_missing_readers_and_bad_files_are_clear_errors(tmp_path, monkeypatch):

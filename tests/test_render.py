@@ -28,8 +28,9 @@ def test_lumi_check_passes_on_the_shipped_pipeline(project):
     assert done.returncode == 0, done.stderr
     out = project / ".orchestrator/scripts/lumi"
     files = scripts(out)
-    assert len(files) == 10  # 1 dataset x 2 models x 5 device configs
-    two_by_eight = [f for name, f in files.items() if b"#SBATCH --nodes=2\n" in f]
+    # benchmark: 1 dataset x 2 models x 5 device configs; lm: 1 model x 2 goldfish k x 2 device configs
+    assert len(files) == 10 + 4 and sum(name.startswith("lm@") for name in files) == 4
+    two_by_eight = [f for name, f in files.items() if b"#SBATCH --nodes=2\n" in f and name.startswith("benchmark@")]
     assert len(two_by_eight) == 2
     text = two_by_eight[0].decode()
     for line in ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8", "#SBATCH --account=project_465000858", "#SBATCH --partition=standard-g"]:
@@ -57,7 +58,7 @@ def test_every_builtin_cluster_renders_and_checks(project):
 def test_default_cluster_comes_from_params(project):
     done = orchestrator("render", cwd=project)
     assert done.returncode == 0, done.stderr
-    assert len(scripts(project / ".orchestrator/scripts/local")) == 2  # the small local default
+    assert len(scripts(project / ".orchestrator/scripts/local")) == 2 + 4  # the small local default: benchmark, lm
 
 
 def test_targets_select_items(project):
@@ -187,7 +188,7 @@ def test_full_render_removes_scripts_of_items_gone_and_targets_keep_them(project
     assert orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
     assert not (out / "benchmark@removed-item.sbatch").exists()
     assert (out / "notes.txt").read_text() == "mine"
-    assert len(list(out.glob("*.sbatch"))) == 10
+    assert len(list(out.glob("*.sbatch"))) == 10 + 4
     assert all(oct(p.stat().st_mode & 0o777) == "0o755" for p in out.glob("*.sbatch"))
 
 

@@ -59,14 +59,20 @@ def dvc(project: Path, *args: str, env: dict | None = None, timeout: float = 300
     return subprocess.run(["dvc", *args], cwd=project, capture_output=True, text=True, timeout=timeout, env={**os.environ, "ORCH_POLL_MAX_S": "2", **(env or {})})
 
 
-def jobs_of(account: str, since: float, project: Path | None = None) -> list[list[str]]:
+def jobs_of(account: str, since: float, project: Path | None = None, expect: int = 0) -> list[list[str]]:
     """Jobs under ``account`` since ``since`` (sacct), submitted from ``project`` if given:
-    other tests' jobs may overlap in time."""
+    other tests' jobs may overlap in time. With ``expect``, waits up to 10 s for that
+    many: slurmdbd may record a job that just ended a moment later."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
     argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", account, "--format=JobIDRaw,JobName,State,Account,WorkDir"]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    rows = [line.split("|") for line in done.stdout.splitlines() if line]
-    return [row[:4] for row in rows if project is None or row[4] == str(project.resolve())]
+    deadline = time.time() + 10
+    while True:
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        rows = [line.split("|") for line in done.stdout.splitlines() if line]
+        found = [row[:4] for row in rows if project is None or row[4] == str(project.resolve())]
+        if len(found) >= expect or time.time() > deadline:
+            return found
+        time.sleep(1)
 
 
 def job_field(job_id: str, name: str) -> str:
@@ -195,7 +201,7 @@ def test_lightning_ddp_over_two_nodes_on_the_shipped_pipeline(slurm_testbed, tmp
     require_torch()
     project = lightning_project(tmp_path / "p")
     since = time.time()
-    done = dvc(project, "repro", timeout=900)
+    done = dvc(project, "repro", "benchmark", timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     items = {"tiny": "benchmark@pydoc-topics-tiny-device_cfg0", "small": "benchmark@pydoc-topics-small-device_cfg0"}
     lock = yaml.safe_load((project / "dvc.lock").read_text())
@@ -312,7 +318,7 @@ def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path
     params["benchmark"].update(models=["tiny"], device_cfgs=[{"num_nodes": 1, "num_gpus": 2}], max_steps=400)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "ORCH_POLL_MAX_S": "2"}
-    repro = subprocess.Popen(["dvc", "repro"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    repro = subprocess.Popen(["dvc", "repro", "benchmark"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ledger_file = project / ".orchestrator/ledger/benchmark@pydoc-topics-tiny-device_cfg0.json"
     deadline = time.time() + 180
     job_id, log = None, None
@@ -341,3 +347,4 @@ def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path
     assert not (result / "model/requeue.ckpt").exists() and sorted(p.name for p in (result / "model").iterdir()) == ["model.ckpt"]
     runs = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=JobIDRaw,State"], capture_output=True, text=True).stdout.split()
     assert len(runs) == 2 and runs[-1].endswith("COMPLETED"), runs
+
