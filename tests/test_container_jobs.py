@@ -121,8 +121,8 @@ def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_imag
     the training checkpoints, the batch script (outside, where scontrol is) copies the
     outputs back and requeues, and the next run resumes from the checkpoint."""
     require_torch()
-    # About 2 minutes of training (0.05 s a step here): the limit is cut a few seconds in.
-    project = container_project(tmp_path, ci_image, [{"num_nodes": 1, "num_gpus": 2}], 2500, batch_size=64)
+    # About 2 minutes of training (0.2 s a step here): the limit is cut a few seconds in.
+    project = container_project(tmp_path, ci_image, [{"num_nodes": 1, "num_gpus": 2}], 600, batch_size=64)
     item = "benchmark@pydoc-topics-tiny-device_cfg0"
     result = project / "results/benchmark/pydoc-topics/tiny/1x2"
     repro = subprocess.Popen(["dvc", "repro", "benchmark"], cwd=project, env={**os.environ, "ORCH_POLL_MAX_S": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -149,7 +149,7 @@ def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_imag
         # Copied back before the requeue: the next run, wherever it lands, resumes from it.
         assert (result / "model/requeue.ckpt").is_file()
         release_requeued(job_id, "TimeLimit=30:00")  # the second run gets its time back to finish
-        out, _ = repro.communicate(timeout=600)
+        out, _ = repro.communicate(timeout=900)
     finally:
         if repro.poll() is None:
             repro.kill()
@@ -160,7 +160,7 @@ def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_imag
     runs = subprocess.run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=JobIDRaw,State"], capture_output=True, text=True).stdout.split()
     assert [r.split("|")[1] for r in runs] == ["REQUEUED", "COMPLETED"], runs
     metrics = json.loads((result / "metrics.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["max_steps"] == 2500
+    assert metrics["world_size"] == 2 and metrics["max_steps"] == 600
     assert json.loads((result / "provenance.json").read_text())["requeues"] == 1
     assert sorted(p.name for p in (result / "model").iterdir()) == ["model.ckpt"]  # the requeue checkpoint is gone
     assert not (tmp_path / "fast/root" / item).exists()

@@ -61,11 +61,11 @@ def dvc(project: Path, *args: str, env: dict | None = None, timeout: float = 300
 
 def jobs_of(account: str, since: float, project: Path | None = None, expect: int = 0) -> list[list[str]]:
     """Jobs under ``account`` since ``since`` (sacct), submitted from ``project`` if given:
-    other tests' jobs may overlap in time. With ``expect``, waits up to 10 s for that
-    many: slurmdbd may record a job that just ended a moment later."""
+    other tests' jobs may overlap in time. With ``expect``, waits up to 60 s for that
+    many: slurmdbd may record a job that just ended a while later (seen: over 10 s)."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
     argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", account, "--format=JobIDRaw,JobName,State,Account,WorkDir"]
-    deadline = time.time() + 10
+    deadline = time.time() + 60
     while True:
         done = subprocess.run(argv, capture_output=True, text=True, check=True)
         rows = [line.split("|") for line in done.stdout.splitlines() if line]
