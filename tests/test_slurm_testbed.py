@@ -63,7 +63,9 @@ def jobs_of(account: str, since: float, project: Path | None = None, expect: int
     """Jobs under ``account`` since ``since`` (sacct), submitted from ``project`` if given:
     other tests' jobs may overlap in time. With ``expect``, waits up to 60 s for that
     many: slurmdbd may record a job that just ended a while later (seen: over 10 s)."""
-    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
+    # The working dir tells the jobs apart; the window only bounds the query, wide
+    # enough for a clock that steps (this VM's has, mid-suite).
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 3600))
     argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", account, "--format=JobIDRaw,JobName,State,Account,WorkDir"]
     deadline = time.time() + 60
     while True:
@@ -115,7 +117,7 @@ def test_dvc_repro_runs_real_slurm_jobs_with_masks_applied(slurm_testbed, tmp_pa
     assert all(r["cpus"] == [int(r["SLURM_LOCALID"])] for r in two_nodes), two_nodes
     assert len(ranks(project, "1x2")) == 2
 
-    jobs = jobs_of(ACCOUNT, since, project)
+    jobs = jobs_of(ACCOUNT, since, project, expect=2)
     names = sorted(j[1] for j in jobs)
     assert names == ["probe@layout0", "probe@layout1"] and {j[2] for j in jobs} == {"COMPLETED"}
     lock = yaml.safe_load((project / "dvc.lock").read_text())
@@ -151,7 +153,7 @@ def test_killed_repro_attaches_instead_of_resubmitting(slurm_testbed, tmp_path):
     done = dvc(project, "repro", env={"PROBE_SLEEP": "8"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "attached to job" in done.stdout + done.stderr
-    jobs = jobs_of(ACCOUNT, since, project)
+    jobs = jobs_of(ACCOUNT, since, project, expect=2)
     assert sorted(j[1] for j in jobs) == ["probe@layout0", "probe@layout1"], jobs  # one job per item
     assert len(ranks(project, "1x2")) == 2
 
@@ -221,7 +223,7 @@ def test_lightning_ddp_over_two_nodes_on_the_shipped_pipeline(slurm_testbed, tmp
         # Each task's allowed CPUs are its rendered mask: 0x1 for local rank 0, 0x2 for local rank 1.
         assert all(f["cpus"] == f["local_rank"] for f in fields), fields
         assert {o["path"] for o in lock["stages"][item]["outs"]} >= {f"{result.relative_to(project)}/model", f"{result.relative_to(project)}/metrics.json"}
-    jobs = jobs_of(ACCOUNT, since, project)
+    jobs = jobs_of(ACCOUNT, since, project, expect=len(items))
     assert sorted(j[1] for j in jobs) == sorted(items.values()) and {j[3] for j in jobs} == {ACCOUNT}
 
 
@@ -258,7 +260,7 @@ def test_detached_submit_returns_at_once_and_records_everything(slurm_testbed, t
     assert len(lock.get("stages", {})) == 4, (out1, err1, out2, err2)
     status = dvc(project, "status")
     assert "up to date" in status.stdout, status.stdout
-    names = sorted(j[1] for j in jobs_of(ACCOUNT, since, project))
+    names = sorted(j[1] for j in jobs_of(ACCOUNT, since, project, expect=5))
     # one job per item although two submits ran at once, and one recording job
     assert names == ["orchestrator-record", "probe@layout0", "probe@layout1", "probe@layout2", "probe@layout3"], names
 
