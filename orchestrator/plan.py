@@ -154,7 +154,8 @@ def make_plan(
     env = _environment(p, job, item, tasks, name, cpus_per_task)
     staging = None
     if form == "sbatch" and p.storage.workdir_root and inputs is not None:
-        # Outputs first: an out that is also a dep (a stage updating its own file) comes back.
+        # Outputs are staged in too (a requeued run resumes from its checkpoint there);
+        # a path that is both a dep and an out is copied once.
         staging = Staging(tuple(dict.fromkeys((*inputs, *outputs))), outputs, p.storage.node_local)
         env += (("ORCH_STAGE", Shell('"$ORCH_WORKDIR/work"')),)
     run_dir = Shell('"$ORCH_STAGE"' + quote("/" + wdir)) if staging and wdir else Shell('"$ORCH_STAGE"') if staging else quote(workdir)
@@ -296,13 +297,8 @@ def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpu
         # The training's MFU against the profile's peak, as the report computes it.
         env.append(("ORCH_PEAK_TFLOPS", quote(f"{p.node.gpu.peak_tflops_bf16:g}")))
     if p.storage.workdir_root:
-        env.append(("ORCH_WORKDIR", workdir_of(p, name)))
+        env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}"))))
     return tuple(env)
-
-
-def workdir_of(p: Profile, name: str) -> Shell:
-    """The item's folder on the profile's fast storage (expanded where the job runs)."""
-    return Shell(quote_runtime(p.storage.workdir_root or "") + quote(f"/{name}"))
 
 
 def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problems: list[str]) -> ContainerExec | None:

@@ -254,6 +254,7 @@ def problems(p: Profile) -> list[str]:
 
 
 def _site_problems(p: Profile) -> list[str]:
+    """The figures energy, emissions and MFU are computed from: the site's and the device's."""
     found: list[str] = []
     if p.site.pue is not None and not p.site.pue >= 1:
         found.append(f"site.pue {p.site.pue:g}: a PUE is facility energy / IT energy, so at least 1")
@@ -322,8 +323,8 @@ def _environment_problems(p: Profile) -> list[str]:
     for name in e.variables:
         if _SECRET_NAME.search(name):
             found.append(f"environment.variables.{name}: looks like a secret, and a profile's values are written into every script: list it in params.yaml's orchestrator.secrets instead (passed by name)")
-    if p.environment.master_addr_suffix and not re.fullmatch(r"[A-Za-z0-9.-]+", p.environment.master_addr_suffix):
-        found.append(f"environment.master_addr_suffix {p.environment.master_addr_suffix!r}: expected host name characters (letters, digits, '.', '-')")
+    if e.master_addr_suffix and not re.fullmatch(r"[A-Za-z0-9.-]+", e.master_addr_suffix):
+        found.append(f"environment.master_addr_suffix {e.master_addr_suffix!r}: expected host name characters (letters, digits, '.', '-')")
     if p.container.gpu_flag not in (None, "--nv", "--rocm"):
         found.append(f"container.gpu_flag {p.container.gpu_flag!r}: expected --nv or --rocm")
     return found
