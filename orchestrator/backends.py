@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from orchestrator import slurm
+from orchestrator import ledger, slurm
 from orchestrator.errors import OrchestratorError
 from orchestrator.plan import Plan
 from orchestrator.runner import Runner
@@ -30,6 +30,10 @@ from orchestrator.slurm import JobInfo, State
 
 class SchedulerError(OrchestratorError):
     """The scheduler refused a job or cannot be reached."""
+
+
+class Refused(SchedulerError):
+    """The scheduler answered and said no: no job was made."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,11 @@ class Backend(Protocol):
 
     def preflight(self, plan: Plan) -> list[str]: ...
 
-    def submit(self, plan: Plan, script: Path, after: Sequence[str] = ()) -> Submitted: ...
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted: ...
+
+    def find(self, intent: ledger.Intent) -> str | None: ...
+
+    def unhealthy(self, nodes: Sequence[str]) -> list[str]: ...
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]: ...
 
@@ -62,9 +70,10 @@ class ProcessBackend:
     def preflight(self, plan: Plan) -> list[str]:
         return []
 
-    def submit(self, plan: Plan, script: Path, after: Sequence[str] = ()) -> Submitted:
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted:
         if after:
             raise ValueError("a process backend runs jobs one at a time; it cannot wait for others")
+        # ``exclude`` means nothing here: the script runs where we are (or srun picks).
         # Output goes to our stdout/stderr (DVC shows it); the script tees a log itself.
         child = subprocess.Popen(["bash", str(script)], cwd=self.root)
         job_id = f"{self.name}-{child.pid}"
@@ -90,6 +99,12 @@ class ProcessBackend:
                 state = State.COMPLETED if rc == 0 else State.FAILED
                 found[job_id] = JobInfo(job_id, state, "process", exit_code=rc, elapsed_s=elapsed, nodes=1, nodelist=socket.gethostname())
         return found
+
+    def find(self, intent: ledger.Intent) -> str | None:
+        return None  # a child dies with the process that started it: nothing to adopt
+
+    def unhealthy(self, nodes: Sequence[str]) -> list[str]:
+        return []
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         for job_id in job_ids:
@@ -127,11 +142,11 @@ class SbatchBackend:
             self._checked.add(key)
         return problems
 
-    def submit(self, plan: Plan, script: Path, after: Sequence[str] = ()) -> Submitted:
-        argv = slurm.sbatch_argv(str(script), plan.workspace, after)
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted:
+        argv = slurm.sbatch_argv(str(script), plan.workspace, after, exclude)
         done = self._run(argv, timeout=120)
         if done.returncode != 0:
-            raise SchedulerError(f"sbatch refused {plan.item}: {done.stderr.strip() or done.stdout.strip()}", hints=[f"command: {' '.join(argv)}"])
+            raise Refused(f"sbatch refused {plan.item}: {done.stderr.strip() or done.stdout.strip()}", hints=[f"command: {' '.join(argv)}"])
         try:
             job_id = slurm.parse_sbatch(done.stdout)
         except ValueError as exc:
@@ -143,15 +158,50 @@ class SbatchBackend:
         if not job_ids:
             return {}
         found: dict[str, JobInfo] = {}
-        done = self._run(slurm.sacct_argv(job_ids), timeout=60)
-        if done.returncode == 0:
-            found = slurm.parse_sacct(done.stdout)
+        sacct = self._run(slurm.sacct_argv(job_ids), timeout=60)
+        if sacct.returncode == 0:
+            found = slurm.parse_sacct(sacct.stdout)
         missing = [j for j in job_ids if j not in found]
         if missing:
-            done = self._run(slurm.squeue_argv(missing), timeout=60)
-            if done.returncode == 0:
-                found.update(slurm.parse_squeue(done.stdout))
+            squeue = self._run(slurm.squeue_argv(missing), timeout=60)
+            if squeue.returncode == 0:
+                found.update(slurm.parse_squeue(squeue.stdout))
+            elif sacct.returncode != 0:
+                # Neither the database nor the controller answered: say so, so the
+                # caller waits and asks again (never mistaking it for a lost job).
+                why = (sacct.stderr or sacct.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise SchedulerError(f"sacct and squeue both failed: {why[0]}")
         return {j: found[j] for j in job_ids if j in found}
+
+    def find(self, intent: ledger.Intent) -> str | None:
+        """The job a killed submission left behind: called ``intent.job_name``, in
+        ``intent.workdir``, not yet recorded. Only submissions holding the item's
+        lock make such jobs, so the newest match is the one. Both squeue (jobs Slurm
+        holds, at once) and sacct (jobs already ended) are asked; if neither answers,
+        SchedulerError: submitting blind could make a duplicate."""
+        user = getpass.getuser()
+        # An hour back: login node and controller clocks may disagree a little.
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(intent.written_at - 3600))
+        answered, found = False, []
+        for argv in (slurm.squeue_named_argv(user, intent.job_name), slurm.sacct_named_argv(user, intent.job_name, since)):
+            done = self._run(argv, timeout=60)
+            if done.returncode == 0:
+                answered = True
+                found += [job for job, workdir in slurm.parse_named(done.stdout) if os.path.normpath(workdir) == os.path.normpath(intent.workdir)]
+        if not answered:
+            raise SchedulerError("cannot tell whether an interrupted submission reached Slurm: squeue and sacct both failed", hints=["run again when the controller answers"])
+        fresh = sorted({j for j in found if j not in intent.known}, key=int)
+        return fresh[-1] if fresh else None
+
+    def unhealthy(self, nodes: Sequence[str]) -> list[str]:
+        """Those of ``nodes`` Slurm calls down, drained or failing (none if it does not answer)."""
+        if not nodes:
+            return []
+        try:
+            done = self._run(slurm.sinfo_nodes_argv(nodes), timeout=60)
+        except SchedulerError:
+            return []
+        return slurm.parse_unhealthy(done.stdout) if done.returncode == 0 else []
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         if job_ids:

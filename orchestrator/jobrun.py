@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import backends, fingerprint, ledger, pipeline, profile, provenance, render
+from orchestrator import backends, faults, fingerprint, ledger, pipeline, profile, provenance, render
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
 from orchestrator.matrix import write_script
 from orchestrator.plan import Form, Plan
@@ -128,32 +128,56 @@ def run_item(
     backend = backend_for(plan, ws.profile, ctx.root, runner)
     book = ledger.Ledger(ctx.root)
 
-    with book.locked(ctx.item) as records:
-        outcome = attach_or_submit(records, fp, backend, ws, plan, script, text, outs, clock.now(), runner)
-    if outcome.attached:
-        say(f"{ctx.item}: attached to job {outcome.record.job_id} ({outcome.record.state.value}), submitted earlier with the same script and inputs")
-    else:
-        say(f"{ctx.item}: submitted job {outcome.record.job_id} on {ws.cluster} ({plan.nodes}x{plan.tasks_per_node}); log {outcome.record.log}")
-
-    info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info)
-    with book.locked(ctx.item) as records:
-        record = records.update(
-            outcome.record.job_id,
-            state=info.state,
-            exit_code=info.exit_code,
-            nodelist=info.nodelist or outcome.record.nodelist,
-            nodes=info.nodes or outcome.record.nodes,
-            elapsed_s=info.elapsed_s,
-            requeues=info.requeues,
-        )
-    outcome.record, outcome.info = record, info
+    scheduler = ws.profile.profile.scheduler
+    while True:
+        with book.locked(ctx.item) as records:
+            outcome = attach_or_submit(records, fp, backend, ws, plan, script, text, outs, clock.now(), runner)
+        _announce(outcome, ctx.item, ws.cluster, plan, say)
+        info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info)
+        fault = None if info.state == State.COMPLETED else faults.classify(info, faults.read_tail(outcome.record.log_path(ctx.root)), backend.unhealthy(faults.nodes_of(info.nodelist)))
+        with book.locked(ctx.item) as records:
+            record = records.update(
+                outcome.record.job_id,
+                state=info.state,
+                exit_code=info.exit_code,
+                nodelist=info.nodelist or outcome.record.nodelist,
+                nodes=info.nodes or outcome.record.nodes,
+                elapsed_s=info.elapsed_s,
+                requeues=info.requeues,
+                **({"fault": fault.reason, "fault_nodes": fault.nodes} if fault else {}),
+            )
+            retries = len(records.trailing_faults(fp))
+        outcome.record, outcome.info = record, info
+        if fault is None or retries > scheduler.node_fault_retries:
+            break
+        delay = scheduler.retry_backoff_s * 2 ** (retries - 1)
+        without = f" without {', '.join(fault.nodes)}" if fault.nodes else ""
+        say(f"{ctx.item}: job {record.job_id} failed on a node fault ({fault.reason}); submitting again{without} in {delay:g} s (retry {retries} of {scheduler.node_fault_retries})")
+        clock.sleep(delay)
     if info.state != State.COMPLETED:
-        raise JobFailed(f"{ctx.item}: job {record.job_id} {info.state.value} ({info.slurm_state}, exit code {info.exit_code})", hints=_log_hints(ctx.root, record))
+        hints = _log_hints(ctx.root, record)
+        if fault is not None:
+            hints.insert(0, f"node fault ({fault.reason}), after {scheduler.node_fault_retries} retries (scheduler.node_fault_retries)")
+        raise JobFailed(f"{ctx.item}: job {record.job_id} {info.state.value} ({info.slurm_state}, exit code {info.exit_code})", hints=hints)
     missing = [o for o in outs if not (ctx.root / o).exists()]
     if missing:
         raise JobFailed(f"{ctx.item}: job {record.job_id} succeeded but did not create {', '.join(missing)}", hints=_log_hints(ctx.root, record))
+    if metrics:
+        with book.locked(ctx.item) as records:
+            outcome.record = records.update(record.job_id, metrics=metrics)  # `status` reads MFU there
     provenance.write_beside(ctx.root, metrics, provenance.of(record, book.records(ctx.item)))
     return outcome
+
+
+def _announce(outcome: Outcome, item: str, cluster: str, plan: Plan, say) -> None:
+    rec = outcome.record
+    if rec.adopted and outcome.attached:
+        say(f"{item}: found job {rec.job_id} ({rec.state.value}), submitted by an interrupted earlier run; following it")
+    elif outcome.attached:
+        say(f"{item}: attached to job {rec.job_id} ({rec.state.value}), submitted earlier with the same script and inputs")
+    else:
+        avoiding = f", avoiding {','.join(rec.excluded)}" if rec.excluded else ""
+        say(f"{item}: submitted job {rec.job_id} on {cluster} ({plan.nodes}x{plan.tasks_per_node}{avoiding}); log {rec.log}")
 
 
 def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
@@ -191,7 +215,7 @@ def attach_or_submit(
     after: tuple[str, ...] = (),
 ) -> Outcome:
     """The one place a job is submitted; call it holding the item's ledger lock."""
-    outcome = attach(records, fp, backend)
+    outcome = attach(records, fp, backend) or adopt(records, fp, backend, ws, plan, script, text, runner)
     if outcome is not None:
         return outcome
     if os.environ.get(ATTACH_ONLY) == "1":
@@ -204,7 +228,14 @@ def attach_or_submit(
     remove_stale(ws.root, outs)  # what DVC does for outputs that do not persist
     # Slurm opens the log before the script runs: its folder must exist.
     (ws.root / plan.log).parent.mkdir(parents=True, exist_ok=True)
-    submitted = backend.submit(plan, script, after=after)
+    # Nodes that failed this item's earlier tries (the retries now under way).
+    exclude = sorted({n for r in records.trailing_faults(fp) for n in (*r.excluded, *r.fault_nodes)})
+    records.begin(ledger.Intent(fp, plan.job_name, plan.workspace, now, tuple(r.job_id for r in records.records)))
+    try:
+        submitted = backend.submit(plan, script, after=after, exclude=exclude)
+    except backends.Refused:
+        records.forget_intent()  # refused: no job exists, nothing to look for later
+        raise
     record = ledger.Record(
         item=plan.item,
         fingerprint=fp,
@@ -215,9 +246,40 @@ def attach_or_submit(
         submitted_at=now,
         log=submitted.log,
         provenance=provenance.at_submission(ws.root, runner, ws.profile, text),
+        excluded=tuple(exclude),
     )
     records.append(record)
     return Outcome(record, attached=False)
+
+
+def adopt(records: ledger.ItemLedger, fp: str, backend: backends.Backend, ws: Workspace, plan: Plan, script: Path, text: str, runner: Runner) -> Outcome | None:
+    """Record the job an interrupted submission left behind (see :class:`ledger.Intent`);
+    follow it if it is this fingerprint's and pending, running or done."""
+    intent = records.intent
+    if intent is None:
+        return None
+    job_id = backend.find(intent)
+    if job_id is None:
+        records.forget_intent()  # the earlier process died before Slurm took the job
+        return None
+    info = backend.query([job_id]).get(job_id)
+    record = ledger.Record(
+        item=plan.item,
+        fingerprint=intent.fingerprint,
+        backend=backend.name,
+        job_id=job_id,
+        profile=ws.cluster,
+        script=os.path.relpath(script, ws.root),
+        submitted_at=intent.written_at,
+        state=info.state if info else State.PENDING,
+        log=plan.log.replace("%j", job_id),
+        provenance=provenance.at_submission(ws.root, runner, ws.profile, text) if intent.fingerprint == fp else {},
+        adopted=True,
+    )
+    records.append(record)
+    if intent.fingerprint == fp and (record.state.active or record.state == State.COMPLETED):
+        return Outcome(record, attached=True, info=info)
+    return None
 
 
 def remove_stale(root: Path, outs: tuple[str, ...]) -> None:

@@ -44,6 +44,11 @@ class Record:
     elapsed_s: int | None = None
     requeues: int = 0
     provenance: dict = field(default_factory=dict)
+    excluded: tuple[str, ...] = ()  # nodes the job was told to avoid (--exclude)
+    fault: str | None = None  # why it failed, when that was the hardware's fault (retried)
+    fault_nodes: tuple[str, ...] = ()  # the nodes that fault names
+    adopted: bool = False  # found on the scheduler after a killed submission, not seen submitted
+    metrics: tuple[str, ...] = ()  # the item's metrics files (relative to the workspace), once it succeeded
 
     def log_path(self, root: Path) -> Path | None:
         """The job's log. The blocking srun form learns no job id, so its log
@@ -65,29 +70,70 @@ class Record:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["state"] = State(values.get("state", "unknown")) if values.get("state") in State._value2member_map_ else State.UNKNOWN
+        for name in ("excluded", "fault_nodes", "metrics"):
+            values[name] = tuple(values.get(name, ()))
         return cls(**values)
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A submission about to happen, written before ``sbatch`` runs.
+
+    ``sbatch`` and the ledger's append are two steps: a process killed between them
+    leaves a job no record names. The intent says where to look for it (job name,
+    working dir, time), so the next run adopts that job instead of submitting twice.
+    """
+
+    fingerprint: str
+    job_name: str
+    workdir: str
+    written_at: float
+    known: tuple[str, ...] = ()  # job ids already recorded: not the one we look for
 
 
 class ItemLedger:
     """The records of one item, read and written while its lock is held."""
 
-    def __init__(self, path: Path, records: list[Record]) -> None:
+    def __init__(self, path: Path, records: list[Record], intent: Intent | None = None) -> None:
         self.path = path
         self.records = records
+        self.intent = intent
+
+    def trailing_faults(self, fingerprint: str) -> list[Record]:
+        """The records of ``fingerprint`` since its last job that did not fail on a
+        node fault: the chain of retries now under way, oldest first."""
+        chain: list[Record] = []
+        for r in self.records:
+            if r.fingerprint != fingerprint:
+                continue
+            chain = [*chain, r] if r.fault else []
+        return chain
+
+    def begin(self, intent: Intent) -> None:
+        """Record that a submission is about to happen (see :class:`Intent`)."""
+        self.intent = intent
+        _write(self.path, self.records, intent)
+
+    def forget_intent(self) -> None:
+        if self.intent is not None:
+            self.intent = None
+            _write(self.path, self.records)
 
     def latest(self, fingerprint: str) -> Record | None:
         matching = [r for r in self.records if r.fingerprint == fingerprint]
         return matching[-1] if matching else None
 
     def append(self, record: Record) -> None:
+        """Add a record; it also settles a pending intent (one atomic write)."""
         self.records.append(record)
+        self.intent = None
         _write(self.path, self.records)
 
     def update(self, job_id: str, **changes) -> Record:
         for i, r in enumerate(self.records):
             if r.job_id == job_id:
                 self.records[i] = dataclasses.replace(r, **changes)
-                _write(self.path, self.records)
+                _write(self.path, self.records, self.intent)
                 return self.records[i]
         raise KeyError(job_id)
 
@@ -107,7 +153,7 @@ class Ledger:
         fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield ItemLedger(path, _read(path))
+            yield ItemLedger(path, *_read_all(path))
         finally:
             os.close(fd)  # closing releases the lock, also when we are killed
 
@@ -126,18 +172,28 @@ class Ledger:
 
 
 def _read(path: Path) -> list[Record]:
+    return _read_all(path)[0]
+
+
+def _read_all(path: Path) -> tuple[list[Record], Intent | None]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        return []
-    return [Record.from_json(d) for d in data.get("records", [])]
+        return [], None
+    intent = data.get("submitting")
+    if intent is not None:
+        intent = Intent(**{**intent, "known": tuple(intent.get("known", ()))})
+    return [Record.from_json(d) for d in data.get("records", [])], intent
 
 
-def _write(path: Path, records: list[Record]) -> None:
+def _write(path: Path, records: list[Record], intent: Intent | None = None) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     with os.fdopen(fd, "w") as f:
-        json.dump({"records": [r.to_json() for r in records]}, f, indent=1, sort_keys=True)
+        data: dict = {"records": [r.to_json() for r in records]}
+        if intent is not None:
+            data["submitting"] = dataclasses.asdict(intent)
+        json.dump(data, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

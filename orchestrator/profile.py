@@ -57,6 +57,11 @@ class Scheduler:
     # and exits 75, and the job script requeues the job (up to max_requeues times).
     requeue_signal: str | None = "USR1@90"
     max_requeues: int = 3
+    # A job that fails because of a node (Slurm's NODE_FAIL, or an interconnect error in
+    # its log) is submitted again without that node, this many times, waiting
+    # retry_backoff_s, then twice that, and so on, in between.
+    node_fault_retries: int = 2
+    retry_backoff_s: float = 60.0
     partitions: dict[str, Partition] = field(default_factory=dict)
     # Where the small job that records a detached submit's results runs (a cheap
     # CPU partition); None: run `dvc repro` yourself when the jobs end.
@@ -239,6 +244,10 @@ def problems(p: Profile) -> list[str]:
         found.append(f"scheduler.requeue_signal {s.requeue_signal!r}: expected SIGNAL@SECONDS such as USR1@90 (every task gets it, so no B:)")
     if s.max_requeues < 0:
         found.append("scheduler.max_requeues must be 0 or more")
+    if s.node_fault_retries < 0:
+        found.append("scheduler.node_fault_retries must be 0 or more")
+    if not s.retry_backoff_s >= 0:
+        found.append("scheduler.retry_backoff_s must be 0 or more seconds")
     if s.service_partition is not None and not _DIRECTIVE_SAFE.fullmatch(s.service_partition):
         found.append(f"scheduler.service_partition {s.service_partition!r} has characters Slurm directives cannot carry")
     for key, part in s.partitions.items():

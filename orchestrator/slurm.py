@@ -85,13 +85,17 @@ SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "ElapsedRaw", "NNodes", "NodeLi
 SQUEUE_FORMAT = "%i|%T|%M|%D|%N|%r"
 
 
-def sbatch_argv(script: str, workdir: str, after: Iterable[str] = ()) -> list[str]:
+def sbatch_argv(script: str, workdir: str, after: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[str]:
     """Submit ``script`` to run in ``workdir`` (its relative log path is resolved
-    there, wherever we are); with ``after``, once those jobs succeed (never if one fails)."""
+    there, wherever we are); with ``after``, once those jobs succeed (never if one fails);
+    never on the nodes in ``exclude`` (a command-line option wins over the script's directives)."""
     argv = ["sbatch", "--parsable", f"--chdir={workdir}"]
     after = list(after)
     if after:
         argv += [f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes"]
+    exclude = sorted(set(exclude))
+    if exclude:
+        argv.append(f"--exclude={','.join(exclude)}")
     return [*argv, script]
 
 
@@ -103,6 +107,45 @@ def sacct_argv(job_ids: Iterable[str]) -> list[str]:
 
 def squeue_argv(job_ids: Iterable[str]) -> list[str]:
     return ["squeue", "-h", "-j", ",".join(job_ids), "-o", SQUEUE_FORMAT]
+
+
+def squeue_named_argv(user: str, job_name: str) -> list[str]:
+    return ["squeue", "-h", "-u", user, "-n", job_name, "-o", "%i|%Z"]
+
+
+def sacct_named_argv(user: str, job_name: str, since: str) -> list[str]:
+    """Jobs of ``user`` called ``job_name`` submitted since ``since`` (sacct's local time)."""
+    return ["sacct", "-X", "-n", "-P", "-u", user, f"--name={job_name}", "-S", since, "--format=JobIDRaw,WorkDir"]
+
+
+def parse_named(text: str) -> list[tuple[str, str]]:
+    """(job id, working dir) pairs from :func:`squeue_named_argv` or :func:`sacct_named_argv`."""
+    found = []
+    for line in text.splitlines():
+        job_id, sep, workdir = line.strip().partition("|")
+        if sep and job_id.isdigit():
+            found.append((job_id, workdir))
+    return found
+
+
+def sinfo_nodes_argv(nodes: Iterable[str]) -> list[str]:
+    return ["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T"]
+
+
+# sinfo's long node states for a node that should not get work (a trailing * means
+# not responding, whatever the state).
+_UNHEALTHY = ("down", "drain", "fail", "no_respond", "not_responding", "unknown")
+
+
+def parse_unhealthy(text: str) -> list[str]:
+    """Nodes from :func:`sinfo_nodes_argv` output that are down, drained or failing."""
+    bad = []
+    for line in text.splitlines():
+        node, sep, state = line.strip().partition("|")
+        state = state.lower()
+        if sep and (state.endswith("*") or state.startswith(_UNHEALTHY)) and node not in bad:
+            bad.append(node)
+    return bad
 
 
 def scancel_argv(job_ids: Iterable[str]) -> list[str]:

@@ -7,6 +7,7 @@ are (never one per job), and the answers are written back to the ledger.
 from __future__ import annotations
 
 import fnmatch
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,9 @@ class Row:
     exit_code: int | None
     log: str | None
     submissions: int
+    mfu: float | None = None  # of a finished run that reports model FLOPs
+    avoiding: tuple[str, ...] = ()  # nodes the newest job was told to avoid after node faults
+    node_faults: int = 0  # node-fault retries leading up to the newest job
 
 
 def latest(root: Path, targets: Sequence[str] = ()) -> dict[str, ledger.Record]:
@@ -59,9 +63,37 @@ def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row
         if info is not None and (info.state != rec.state or info.elapsed_s != rec.elapsed_s):
             with book.locked(item) as entries:
                 rec = entries.update(rec.job_id, state=info.state, exit_code=info.exit_code, nodelist=info.nodelist or rec.nodelist, nodes=info.nodes or rec.nodes, elapsed_s=info.elapsed_s)
-        count = len(book.records(item))
-        rows.append(Row(item, rec.state, rec.job_id, rec.nodelist or (str(rec.nodes) if rec.nodes else "-"), rec.elapsed_s, rec.exit_code, rec.log, count))
+        history = book.records(item)
+        faulted = [r for r in history if r.fingerprint == rec.fingerprint and r.fault]
+        rows.append(
+            Row(
+                item, rec.state, rec.job_id, rec.nodelist or (str(rec.nodes) if rec.nodes else "-"), rec.elapsed_s, rec.exit_code, rec.log, len(history),
+                mfu=_mfu(root, rec), avoiding=rec.excluded, node_faults=len(faulted),
+            )
+        )
     return rows
+
+
+def _mfu(root: Path, rec: ledger.Record) -> float | None:
+    """MFU of a finished run, as the report computes it (the profile's peak, else the run's own)."""
+    if rec.state != State.COMPLETED or not rec.metrics:
+        return None
+    from orchestrator import profile, report
+
+    try:
+        peak = profile.load(rec.profile).profile.node.gpu
+    except OrchestratorError:
+        peak = None  # a profile file since moved: the run's own figure still counts
+    for path in rec.metrics:
+        try:
+            data = json.loads((root / path).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            value, _ = report.mfu(data, peak.peak_tflops_bf16 if peak else None, rec.profile)
+            if value is not None:
+                return value
+    return None
 
 
 def cancel(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[str]:

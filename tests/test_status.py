@@ -64,3 +64,25 @@ def test_logs_show_and_unknown_items(tmp_path):
     assert done.exit_code == 0 and "job_id: local-7" in done.output and "rerun: git checkout" in done.output
     done = cli.invoke(main, ["logs", "nope", "--project", str(tmp_path)])
     assert done.exit_code == 2 and "no submitted item matches nope" in done.output and "items in the ledger: x" in done.output
+
+
+def test_status_shows_mfu_and_node_fault_retries(tmp_path):
+    """MFU from the finished run's metrics against the profile's peak (lumi: 191.5 TFLOP/s
+    per GCD); the node-fault column appears only when an item was retried."""
+    import dataclasses
+    import json
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/metrics.json").write_text(json.dumps({"tokens_per_second": 1000.0, "flops_per_token": 6e10, "world_size": 2}))
+    book = ledger.Ledger(tmp_path)
+    done = dataclasses.replace(record("lm@big", "21", State.COMPLETED), profile="lumi", metrics=("out/metrics.json",))
+    faulted = dataclasses.replace(record("lm@small", "30", State.FAILED), fingerprint="g", fault="NODE_FAIL on nid001", fault_nodes=("nid001",))
+    retried = dataclasses.replace(record("lm@small", "31", State.COMPLETED), fingerprint="g", excluded=("nid001",))
+    for rec in (done, faulted, retried):
+        with book.locked(rec.item) as entries:
+            entries.append(rec)
+    rows = {r.item: r for r in status.refresh(tmp_path, FakeRunner())}
+    assert abs(rows["lm@big"].mfu - 1000 * 6e10 / 2 / 191.5e12) < 1e-12
+    assert rows["lm@small"].mfu is None and rows["lm@small"].node_faults == 1 and rows["lm@small"].avoiding == ("nid001",)
+    out = CliRunner().invoke(main, ["status", "--project", str(tmp_path)]).output
+    assert "MFU" in out and "15.7%" in out and "node faults" in out and "1 retried, avoiding nid001" in out
