@@ -153,3 +153,39 @@ def test_killed_between_sbatch_and_the_ledger_adopts_the_orphaned_job(slurm_test
     assert rec.adopted and rec.job_id == orphan[0]
     assert_intact(project, names)
     report("killed between sbatch and the ledger", kills=1, orphans_adopted=1, duplicates=len(jobs) - 1)
+
+
+def test_controller_and_database_down_while_waiting_keeps_waiting(slurm_testbed, tmp_path):
+    """slurmctld and slurmdbd are stopped while the job runs (so neither squeue nor
+    sacct answers), then started again: `orchestrator run` says it cannot ask, keeps
+    polling with backoff, and records the job when it ends: no resubmission."""
+    from orchestrator import testbed
+
+    names = ["a"]
+    project = work_project(tmp_path / "p", names, seconds=25)
+    bed = testbed.Testbed(slurm_testbed, timeout=180)
+    since = time.time()
+    log = tmp_path / "repro.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen(["dvc", "repro"], cwd=project, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "ORCH_POLL_MAX_S": "2"})
+    try:
+        deadline = time.time() + 120
+        while "running on" not in log.read_text():
+            assert proc.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.5)
+        down_at = time.time()
+        bed.stop("slurmctld")
+        bed.stop("slurmdbd")
+        while "cannot ask the scheduler" not in log.read_text():
+            assert proc.poll() is None and time.time() < down_at + 60, log.read_text()
+            time.sleep(0.5)
+        time.sleep(5)  # a few more failed polls
+    finally:
+        bed.up()
+    assert proc.wait(timeout=300) == 0, log.read_text()
+    text = log.read_text()
+    jobs = jobs_of(ACCOUNT, since, project, expect=1)
+    assert len(jobs) == 1 and jobs[0][2] == "COMPLETED", jobs
+    assert text.count("submitted job") == 1 and "retrying in" in text
+    assert_intact(project, names)
+    report("slurmctld and slurmdbd down while waiting", failed_polls=text.count("cannot ask the scheduler"), jobs=len(jobs), resubmissions=0)
