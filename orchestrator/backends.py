@@ -53,6 +53,8 @@ class Backend(Protocol):
 
     def unhealthy(self, nodes: Sequence[str]) -> list[str]: ...
 
+    def exclude(self, job_id: str, nodes: Sequence[str]) -> bool: ...
+
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]: ...
 
     def cancel(self, job_ids: Sequence[str]) -> None: ...
@@ -105,6 +107,9 @@ class ProcessBackend:
 
     def unhealthy(self, nodes: Sequence[str]) -> list[str]:
         return []
+
+    def exclude(self, job_id: str, nodes: Sequence[str]) -> bool:
+        return False
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         for job_id in job_ids:
@@ -202,6 +207,13 @@ class SbatchBackend:
         except SchedulerError:
             return []
         return slurm.parse_unhealthy(done.stdout) if done.returncode == 0 else []
+
+    def exclude(self, job_id: str, nodes: Sequence[str]) -> bool:
+        """Keep the (requeued, pending) job off ``nodes``; False if Slurm said no."""
+        try:
+            return self._run(slurm.exclude_argv(job_id, nodes), timeout=60).returncode == 0
+        except SchedulerError:
+            return False
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         if job_ids:

@@ -15,10 +15,7 @@ from dataclasses import dataclass
 
 import hostlist
 
-from orchestrator.slurm import JobInfo, State
-
-# Slurm states that say the node, not the job, failed.
-NODE_STATES = ("NODE_FAIL", "BOOT_FAIL")
+from orchestrator.slurm import NODE_FAILURE_STATES, JobInfo, State
 
 # Interconnect errors after which the job cannot go on, as NCCL/RCCL print them:
 # "<host>:<pid>:<tid> [<dev>] <file>:<line> NCCL WARN <message>", perhaps behind
@@ -56,7 +53,7 @@ def classify(info: JobInfo, log_lines: Iterable[str], unhealthy: Iterable[str] =
         return None  # completed, cancelled by someone, or still going
     ran_on = nodes_of(info.nodelist)
     word = info.slurm_state.split(" ", 1)[0]
-    if word in NODE_STATES:
+    if word in NODE_FAILURE_STATES:
         bad = [n for n in ran_on if n in set(unhealthy)]
         return Fault(f"{word} on {', '.join(bad) or info.nodelist or 'its nodes'}", tuple(bad))
     for line in log_lines:

@@ -133,7 +133,8 @@ def run_item(
         with book.locked(ctx.item) as records:
             outcome = attach_or_submit(records, fp, backend, ws, plan, script, text, outs, clock.now(), runner)
         _announce(outcome, ctx.item, ws.cluster, plan, say)
-        info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info)
+        requeued = _RequeuedOffFailedNodes(backend, book, ctx.item, outcome.record, say)
+        info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info, observe=requeued)
         fault = None if info.state == State.COMPLETED else faults.classify(info, faults.read_tail(outcome.record.log_path(ctx.root)), backend.unhealthy(faults.nodes_of(info.nodelist)))
         with book.locked(ctx.item) as records:
             record = records.update(
@@ -167,6 +168,30 @@ def run_item(
             outcome.record = records.update(record.job_id, metrics=metrics)  # `status` reads MFU there
     provenance.write_beside(ctx.root, metrics, provenance.of(record, book.records(ctx.item)))
     return outcome
+
+
+class _RequeuedOffFailedNodes:
+    """When Slurm requeues a job after a node failed under it (``--requeue``), keep the
+    pending job off that node (it may come back before the job starts) and write the
+    fault into the job's record, so `status` and the ledger show it."""
+
+    def __init__(self, backend, book: ledger.Ledger, item: str, record: ledger.Record, say) -> None:
+        self.backend, self.book, self.item, self.say = backend, book, item, say
+        self.seen: tuple[str, ...] = ()
+        self.excluded = tuple(record.excluded)
+
+    def __call__(self, info: JobInfo) -> None:
+        if info.node_failures == self.seen:
+            return
+        self.seen = info.node_failures
+        failed = sorted({n for nodelist in info.node_failures for n in faults.nodes_of(nodelist)})
+        bad = self.backend.unhealthy(failed) or failed
+        wanted = tuple(sorted({*self.excluded, *bad}))
+        if info.state == State.PENDING and wanted != self.excluded and self.backend.exclude(info.job_id, wanted):
+            self.excluded = wanted
+        with self.book.locked(self.item) as records:
+            records.update(info.job_id, fault=f"NODE_FAIL on {', '.join(failed)} (Slurm requeued the job)", fault_nodes=tuple(failed), excluded=self.excluded)
+        self.say(f"{self.item}: job {info.job_id} lost a node ({', '.join(failed)}); Slurm requeued it" + (f", kept off {', '.join(self.excluded)}" if self.excluded else ""))
 
 
 def _announce(outcome: Outcome, item: str, cluster: str, plan: Plan, say) -> None:
@@ -304,7 +329,7 @@ def attach(records: ledger.ItemLedger, fp: str, backend: backends.Backend) -> Ou
     return Outcome(earlier, attached=True, info=info)
 
 
-def wait(backend, job_id: str, item: str, clock: Clock, polling: Polling, say, info: JobInfo | None = None) -> JobInfo:
+def wait(backend, job_id: str, item: str, clock: Clock, polling: Polling, say, info: JobInfo | None = None, observe: Callable[[JobInfo], None] | None = None) -> JobInfo:
     """Poll until the job ends; a line per state change and a heartbeat, never a flood.
 
     A failed query (controller or database down) is reported and retried with
@@ -326,6 +351,8 @@ def wait(backend, job_id: str, item: str, clock: Clock, polling: Polling, say, i
         info = found.get(job_id, info)
         if info is None:
             continue
+        if observe is not None:
+            observe(info)
         now = clock.now()
         if info.state != last_state or now - last_line >= polling.heartbeat_s:
             where = f" on {info.nodelist}" if info.nodelist else ""

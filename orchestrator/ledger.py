@@ -106,7 +106,8 @@ class ItemLedger:
         for r in self.records:
             if r.fingerprint != fingerprint:
                 continue
-            chain = [*chain, r] if r.fault else []
+            # A job Slurm requeued after a node failure and that then completed ends a chain.
+            chain = [*chain, r] if r.fault and r.state != State.COMPLETED else []
         return chain
 
     def begin(self, intent: Intent) -> None:

@@ -77,6 +77,11 @@ class JobInfo:
     nodelist: str | None = None
     reason: str | None = None
     requeues: int = 0  # earlier runs of the same job id (sacct --duplicates lists each)
+    node_failures: tuple[str, ...] = ()  # node lists of earlier runs that ended on a node failure (Slurm requeued the job)
+
+
+# Slurm states that say a node, not the job, failed.
+NODE_FAILURE_STATES = ("NODE_FAIL", "BOOT_FAIL")
 
 
 # --- argv ----------------------------------------------------------------------
@@ -128,6 +133,11 @@ def parse_named(text: str) -> list[tuple[str, str]]:
     return found
 
 
+def exclude_argv(job_id: str, nodes: Iterable[str]) -> list[str]:
+    """Keep a pending job off ``nodes`` (it may have been requeued after one failed)."""
+    return ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(sorted(set(nodes)))}"]
+
+
 def sinfo_nodes_argv(nodes: Iterable[str]) -> list[str]:
     return ["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o", "%N|%T"]
 
@@ -169,11 +179,15 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
     a requeued job is listed once per run, newest last)."""
     jobs: dict[str, JobInfo] = {}
     runs: dict[str, int] = {}
+    failed_on: dict[str, tuple[str, ...]] = {}
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) != len(SACCT_FIELDS):
             continue
         job_id, state, exit_code, elapsed, nnodes, nodelist, reason = parts
+        earlier = jobs.get(job_id)
+        if earlier is not None and earlier.slurm_state.split(" ", 1)[0] in NODE_FAILURE_STATES and earlier.nodelist:
+            failed_on[job_id] = (*failed_on.get(job_id, ()), earlier.nodelist)
         runs[job_id] = runs.get(job_id, 0) + 1
         code, sig = _exit_code(exit_code)
         st = state_of(state)
@@ -188,6 +202,7 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
             nodelist=None if nodelist in ("", "None assigned") else nodelist,
             reason=None if reason in ("", "None") else reason,
             requeues=runs[job_id] - 1,
+            node_failures=failed_on.get(job_id, ()),
         )
     return jobs
 

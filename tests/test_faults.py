@@ -188,3 +188,23 @@ def test_an_unanswerable_orphan_question_submits_nothing(project):
 
 def jobrun_sacct(job, state):
     return ok(f"{job}|{state}|0:0|5|2|node[1-2]|None\n")
+
+
+def test_a_job_slurm_requeued_after_a_node_failure_is_kept_off_that_node(project):
+    """With --requeue, Slurm itself requeues a job whose node failed: `run` sees the
+    NODE_FAIL run in sacct's history, keeps the pending job off the node
+    (scontrol update ExcNodeList) and records the fault; no second job."""
+    answers = iter([
+        "101|RUNNING|0:0|5|1|node2|None\n",
+        "101|NODE_FAIL|0:0|9|1|node2|None\n101|PENDING|0:0|0|1|None assigned|BeginTime\n",
+        "101|NODE_FAIL|0:0|9|1|node2|None\n101|RUNNING|0:0|3|1|node1|None\n",
+    ])
+    last = "101|NODE_FAIL|0:0|9|1|node2|None\n101|COMPLETED|0:0|30|1|node1|None\n"
+    runner = fake_slurm(sacct=lambda argv: Completed(tuple(argv), 0, next(answers, last), ""), sinfo=ok("node2|down*\n"))
+    runner.installed.add("sinfo")
+    outcome, lines = run(project, runner)
+    assert len(runner.called("sbatch")) == 1
+    assert ["scontrol", "update", "JobId=101", "ExcNodeList=node2"] in runner.calls
+    rec = outcome.record
+    assert rec.state == State.COMPLETED and rec.requeues == 1 and rec.fault_nodes == ("node2",) and rec.excluded == ("node2",)
+    assert any("lost a node (node2); Slurm requeued it, kept off node2" in line for line in lines)
