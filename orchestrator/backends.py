@@ -11,6 +11,7 @@ Every command is an argv list run through a :class:`~orchestrator.runner.Runner`
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import socket
@@ -128,6 +129,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# squeue states of a run that is ending, not of a new run.
+_WINDING_DOWN = ("COMPLETING", "STAGE_OUT", "SIGNALING")
+
+
 class SbatchBackend:
     name = "slurm"
 
@@ -166,12 +171,29 @@ class SbatchBackend:
         sacct = self._run(slurm.sacct_argv(job_ids), timeout=60)
         if sacct.returncode == 0:
             found = slurm.parse_sacct(sacct.stdout)
-        missing = [j for j in job_ids if j not in found]
-        if missing:
-            squeue = self._run(slurm.squeue_argv(missing), timeout=60)
-            if squeue.returncode == 0:
-                found.update(slurm.parse_squeue(squeue.stdout))
-            elif sacct.returncode != 0:
+        # Ask the controller about jobs the database lacks, and about jobs it says
+        # ended: Slurm requeues a --requeue job whose node failed, and the database
+        # learns of the new run after a while (seen: NODE_FAIL listed as the last run
+        # while the job was pending again). The controller is right about jobs it holds.
+        ask = [j for j in job_ids if j not in found or found[j].state.final]
+        if ask:
+            try:
+                squeue = self._run(slurm.squeue_argv(ask), timeout=60)
+            except SchedulerError:
+                if sacct.returncode != 0:
+                    raise
+                squeue = None  # the database answered: its word will do until the next poll
+            live = slurm.parse_squeue(squeue.stdout) if squeue else {}  # squeue fails on unknown ids but may list the rest
+            for job_id, info in live.items():
+                ended = found.get(job_id)
+                if ended is not None and not (info.state.active and not info.slurm_state.startswith(_WINDING_DOWN)):
+                    continue  # the database's answer stands (squeue may still show the run finishing)
+                if ended is not None:
+                    # The run the database saw end was not the last: count it as an earlier run.
+                    failed_on = (ended.nodelist,) if ended.slurm_state.split(" ", 1)[0] in slurm.NODE_FAILURE_STATES and ended.nodelist else ()
+                    info = dataclasses.replace(info, requeues=ended.requeues + 1, node_failures=ended.node_failures + failed_on)
+                found[job_id] = info
+            if squeue is not None and squeue.returncode != 0 and sacct.returncode != 0:
                 # Neither the database nor the controller answered: say so, so the
                 # caller waits and asks again (never mistaking it for a lost job).
                 why = (sacct.stderr or sacct.stdout).strip().splitlines()[-1:] or ["no output"]

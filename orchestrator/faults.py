@@ -54,8 +54,10 @@ def classify(info: JobInfo, log_lines: Iterable[str], unhealthy: Iterable[str] =
     ran_on = nodes_of(info.nodelist)
     word = info.slurm_state.split(" ", 1)[0]
     if word in NODE_FAILURE_STATES:
-        bad = [n for n in ran_on if n in set(unhealthy)]
-        return Fault(f"{word} on {', '.join(bad) or info.nodelist or 'its nodes'}", tuple(bad))
+        # The nodes Slurm still calls unhealthy; if none (a node that failed may be back
+        # in service already: the flaky kind), all the job's nodes.
+        bad = [n for n in ran_on if n in set(unhealthy)] or ran_on
+        return Fault(f"{word} on {', '.join(bad) or 'its nodes'}", tuple(bad))
     for line in log_lines:
         if any(p.search(line) for p in INTERCONNECT):
             m = _HOST.match(line)

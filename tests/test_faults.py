@@ -208,3 +208,21 @@ def test_a_job_slurm_requeued_after_a_node_failure_is_kept_off_that_node(project
     rec = outcome.record
     assert rec.state == State.COMPLETED and rec.requeues == 1 and rec.fault_nodes == ("node2",) and rec.excluded == ("node2",)
     assert any("lost a node (node2); Slurm requeued it, kept off node2" in line for line in lines)
+
+
+def test_a_requeue_the_database_has_not_seen_yet_is_not_resubmitted(project):
+    """Seen on the testbed: right after the node failed, sacct's last run of the job is
+    NODE_FAIL while slurmctld already holds it pending again. The controller's word
+    wins: no second job (it would have run alongside the requeued one)."""
+    sacct = iter(["101|RUNNING|0:0|5|1|node2|None\n", "101|NODE_FAIL|0:0|9|1|node2|None\n", "101|NODE_FAIL|0:0|9|1|node2|None\n"])
+    squeue = iter(["101|PENDING|0:00|1||BeginTime\n", "101|RUNNING|0:02|1|node1|None\n"])
+    last = "101|NODE_FAIL|0:0|9|1|node2|None\n101|COMPLETED|0:0|30|1|node1|None\n"
+    runner = fake_slurm(
+        sacct=lambda argv: Completed(tuple(argv), 0, next(sacct, last), ""),
+        squeue=lambda argv: Completed(tuple(argv), 0, next(squeue, ""), ""),
+    )
+    outcome, lines = run(project, runner)
+    assert len(runner.called("sbatch")) == 1 and outcome.record.job_id == "101"
+    assert ["scontrol", "update", "JobId=101", "ExcNodeList=node2"] in runner.calls
+    assert outcome.record.state == State.COMPLETED and outcome.record.fault_nodes == ("node2",)
+    assert not any("submitting again" in line for line in lines)

@@ -189,3 +189,86 @@ def test_controller_and_database_down_while_waiting_keeps_waiting(slurm_testbed,
     assert text.count("submitted job") == 1 and "retrying in" in text
     assert_intact(project, names)
     report("slurmctld and slurmdbd down while waiting", failed_polls=text.count("cannot ask the scheduler"), jobs=len(jobs), resubmissions=0)
+
+
+def node_of_running_job(log: Path, proc: subprocess.Popen, timeout: float = 120) -> tuple[str, str]:
+    """(job id, node) once `orchestrator run` says the job is running."""
+    import re
+
+    deadline = time.time() + timeout
+    while True:
+        m = re.search(r"job (\d+) running on (node\d)", log.read_text())
+        if m:
+            return m.group(1), m.group(2)
+        assert proc.poll() is None and time.time() < deadline, log.read_text()
+        time.sleep(0.3)
+
+
+def sacct_runs(job_id: str) -> list[list[str]]:
+    out = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-j", job_id, "--format=JobIDRaw,State,NodeList"], capture_output=True, text=True, check=True).stdout
+    return [line.split("|") for line in out.splitlines() if line]
+
+
+def test_node_set_down_under_a_running_job_reruns_it_elsewhere(slurm_testbed, tmp_path):
+    """The node under a running job is set DOWN (what slurmctld does when a node stops
+    answering): the job ends NODE_FAIL, Slurm requeues it (--requeue), `orchestrator
+    run` keeps the pending job off the failed node and records the fault; the job
+    completes on the other node; one job id, outputs whole."""
+    names = ["a"]
+    project = work_project(tmp_path / "p", names, seconds=30)
+    log = tmp_path / "repro.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen(["dvc", "repro"], cwd=project, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "ORCH_POLL_MAX_S": "1"})
+    job, node = node_of_running_job(log, proc)
+    try:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], check=True)
+        deadline = time.time() + 120
+        while "lost a node" not in log.read_text():
+            assert proc.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.5)
+        # Slurm holds a requeued job a while (BeginTime); the test does not wait it out.
+        subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
+        assert proc.wait(timeout=300) == 0, log.read_text()
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False, capture_output=True)  # usually back already (ReturnToService=2)
+        if proc.poll() is None:
+            proc.kill()
+    runs = sacct_runs(job)
+    assert [r[1] for r in runs] == ["NODE_FAIL", "COMPLETED"] and runs[0][2] == node and runs[1][2] != node, runs
+    (rec,) = ledger.Ledger(project).records("work@a")
+    assert rec.job_id == job and rec.fault_nodes == (node,) and node in rec.excluded and rec.requeues == 1
+    assert (project / "out/a/node.txt").read_text() != node
+    assert_intact(project, names)
+    status = subprocess.run(["orchestrator", "status"], cwd=project, capture_output=True, text=True)
+    assert f"avoiding {node}" in status.stdout, status.stdout + status.stderr
+    report("node set down mid-job", node_failures=1, requeued_by_slurm=1, excluded=list(rec.excluded), jobs=1)
+
+
+def test_port_error_in_the_log_is_retried_on_another_node_and_a_python_error_is_not(slurm_testbed, tmp_path):
+    """Item `net` fails once printing seed 002's NCCL port error as its node: the tool
+    classifies it as a node fault and submits it again with that node excluded, and
+    the retry completes elsewhere. Item `bug` fails once with a Python exception: one
+    job, no retry, the stage fails."""
+    fault = tmp_path / "fault-net"
+    net = work_project(tmp_path / "net", ["net"], seconds=1, env=f"FAULT={fault} FAULT_KIND=port-error ")
+    since = time.time()
+    done = dvc(net, "repro", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    bad_node = fault.read_text()
+    jobs = jobs_of(ACCOUNT, since, net, expect=2)
+    assert [j[2] for j in jobs] == ["FAILED", "COMPLETED"], jobs
+    first, retry = ledger.Ledger(net).records("work@net")
+    assert first.fault_nodes == (bad_node,) and "port error" in first.fault and retry.excluded == (bad_node,)
+    assert subprocess.run(["scontrol", "show", "job", retry.job_id], capture_output=True, text=True).stdout.count(f"ExcNodeList={bad_node}") == 1 or retry.nodelist != bad_node
+    assert (net / "out/net/node.txt").read_text() != bad_node
+    assert "failed on a node fault (interconnect error on " + bad_node in done.stderr
+    assert_intact(net, ["net"])
+
+    bug = work_project(tmp_path / "bug", ["bug"], seconds=1, env=f"FAULT={tmp_path / 'fault-bug'} FAULT_KIND=python ")
+    since = time.time()
+    failed = dvc(bug, "repro", timeout=300)
+    assert failed.returncode != 0 and "ValueError: a bug in the training code" in failed.stderr
+    assert len(jobs_of(ACCOUNT, since, bug, expect=1)) == 1 and "node fault" not in failed.stderr
+    (rec,) = ledger.Ledger(bug).records("work@bug")
+    assert rec.fault is None and rec.state.value == "failed"
+    report("interconnect error in the log / Python exception", port_error_jobs=len(jobs), retried=1, excluded=[bad_node], python_error_jobs=1, python_error_retried=0)
