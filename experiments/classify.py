@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from experiments import data, metrics, models
+from experiments import data, metrics, models, profiling
 from experiments.callbacks import RankReport, StepTimer, cluster_environment
 from experiments.classifier import TextClassifier
 from experiments.power import PowerMonitor
@@ -36,7 +36,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precision", help="a Lightning precision; default bf16-mixed on GPU, 32-true on CPU")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (the data is in memory)")
-    return parser.parse_args(argv)
+    profiling.add_options(parser)
+    args = parser.parse_args(argv)
+    if problems := profiling.problems(args):
+        parser.error("; ".join(problems))
+    return args
 
 
 def _positive(text: str) -> int:
@@ -91,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     timer = StepTimer(warmup_steps=args.max_steps // 10)
     requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))
     power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
+    profiler = profiling.ProfileWindow(args.profile_steps, args.output, args.profile_trace)
     report = RankReport(
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={accelerator} precision={precision} "
         f"dataset={args.dataset} model={args.model} parameters={parameters} batch_size={args.batch_size} max_steps={args.max_steps}"
@@ -106,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         default_root_dir=args.output,  # whatever Lightning writes by itself stays in the output
         logger=PlotsLogger(args.output / "dvclive"),
         log_every_n_steps=max(1, args.max_steps // 100),  # ~100 points per curve
-        callbacks=[report, timer, requeue, power],
+        callbacks=[report, timer, requeue, power, profiler],
         plugins=_slurm_without_auto_requeue(),
         enable_checkpointing=False,  # the final model is saved explicitly below
         enable_progress_bar=sys.stdout.isatty(),  # batch logs would fill with progress bars
@@ -161,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "torch_version": torch.__version__,
             "lightning_version": pl.__version__,
             **power.metrics(),  # gpu_energy_j, gpu_power_mean_w, power_source
+            **profiler.metrics(),  # profile: the step-time breakdown, with --profile-steps
         },
     )
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from experiments import goldfish, gpt, lm_data, metrics, peak, tokenizer
+from experiments import goldfish, gpt, lm_data, metrics, peak, profiling, tokenizer
 from experiments.callbacks import RankReport, StepTimer, cluster_environment
 from experiments.causal_lm import CausalLM
 from experiments.datamodule import LMDataModule
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--goldfish-h", type=int, default=goldfish.DEFAULT_H, help="tokens of context the goldfish hash reads")
     parser.add_argument("--tokenizer", choices=tokenizer.KINDS, default="auto", help="auto: BPE when `tokenizers` is installed, else bytes")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (the data is in memory)")
+    profiling.add_options(parser)
     return parser
 
 
@@ -92,6 +93,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
         args.batch_size = args.global_batch_size // world_size
     elif args.batch_size is None:
         args.batch_size = 8
+    problems += profiling.problems(args)
     if problems:
         parser.error("; ".join(problems))
     return args
@@ -141,6 +143,21 @@ def build_trainer(args: argparse.Namespace, callbacks: Sequence[pl.Callback], lo
     )
 
 
+def _leave_process_group() -> None:
+    """Tear the process group down in step, once every rank is done with it (rank 0 last wrote the results).
+
+    A rank that simply returned would let interpreter exit destroy the group's
+    objects while their gloo/NCCL threads may still run and another rank still
+    talks to it: C++ then aborts at exit ("terminate called without an active
+    exception"), seen once on rank 1 of a 2-process gloo run under srun. The
+    barrier keeps every rank in until all are done; destroying the group then
+    joins its threads before the interpreter shuts down.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = ()) -> None:
     """``callbacks``: more Lightning callbacks, run before the run's own (the tests deliver the requeue signal with one)."""
     parser = build_parser()
@@ -171,8 +188,9 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
         f"data={args.data} tokenizer={data.tokenizer} model={args.model} parameters={parameters} batch_size={args.batch_size} "
         f"seq_len={args.seq_len} goldfish_k={args.goldfish_k} max_steps={args.max_steps}"
     )
+    profiler = profiling.ProfileWindow(args.profile_steps, args.output, args.profile_trace)
     # DataWait last: the other callbacks' batch-end work counts as step time, not as waiting.
-    trainer = build_trainer(args, [*callbacks, report, timer, requeue, power, wait], PlotsLogger(args.output / "dvclive"))
+    trainer = build_trainer(args, [*callbacks, report, timer, requeue, power, profiler, wait], PlotsLogger(args.output / "dvclive"))
     trainer.fit(module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers), ckpt_path=resume_path(requeue.path))
     # A signal during the last step leaves nothing to resume: finish now instead (validation has run).
     if requeue.checkpointed and trainer.global_step < args.max_steps:
@@ -183,58 +201,59 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     cpus = peak.job_cpus(trainer.world_size)
     device = trainer.strategy.root_device
     memory = trainer.strategy.reduce(torch.tensor(float(peak.peak_memory_bytes(device)), device=device), reduce_op="max")
-    if not trainer.is_global_zero:
-        return
-    requeue.path.unlink(missing_ok=True)  # finished: the next run starts afresh
-    if requeue.checkpointed and os.environ.get("ORCH_REQUEUE_MARKER"):
-        Path(os.environ["ORCH_REQUEUE_MARKER"]).unlink(missing_ok=True)  # finished after all: no requeue (see requeue.py)
-    tokens_per_second = timer.timed_steps * args.batch_size * world_size * args.seq_len / timer.elapsed_s
-    job_peak, peak_source = peak.job_peak(accelerator, world_size, cpus)
-    logged = trainer.callback_metrics
-    val_loss = logged["val_loss"].item()
-    metrics.write(
-        args.output / "metrics.json",
-        {
-            "train_loss": logged["train_loss"].item(),  # the last step's, on rank 0
-            "val_loss": val_loss,
-            "val_perplexity": math.exp(val_loss),
-            "tokens_per_second": tokens_per_second,
-            "tokens_per_second_per_device": tokens_per_second / world_size,
-            "mean_step_time_s": timer.mean_step_time_s,
-            "timed_steps": timer.timed_steps,
-            "flops_per_token": flops_per_token,
-            "model_tflops_per_device": tokens_per_second * flops_per_token / world_size / 1e12,
-            "mfu": tokens_per_second * flops_per_token / job_peak if job_peak else None,
-            "mfu_peak_source": peak_source,
-            "peak_tflops_per_device": job_peak / world_size / 1e12 if job_peak else None,
-            "peak_memory_bytes": int(memory.item()),  # the largest over the ranks
-            "data_wait_share": wait.share,
-            "world_size": trainer.world_size,
-            "num_nodes": args.num_nodes,
-            "devices": args.devices,
-            "max_steps": args.max_steps,
-            "batch_size": args.batch_size,
-            "global_batch_size": args.batch_size * world_size,
-            "seq_len": args.seq_len,
-            "cluster_environment": cluster_environment(trainer),
-            "accelerator": accelerator,
-            "precision": precision,
-            "strategy": args.strategy,
-            "data": args.data,
-            "data_fingerprint": data.fingerprint,
-            "train_tokens": data.train.numel(),
-            "tokenizer": data.tokenizer,
-            "vocab_size": data.vocab_size,
-            "goldfish_k": args.goldfish_k,
-            "goldfish_h": args.goldfish_h,
-            "model": args.model,
-            "parameters": parameters,
-            "seed": args.seed,
-            "torch_version": torch.__version__,
-            "lightning_version": pl.__version__,
-            **power.metrics(),  # gpu_energy_j, gpu_power_mean_w, power_source
-        },
-    )
+    if trainer.is_global_zero:
+        requeue.path.unlink(missing_ok=True)  # finished: the next run starts afresh
+        if requeue.checkpointed and os.environ.get("ORCH_REQUEUE_MARKER"):
+            Path(os.environ["ORCH_REQUEUE_MARKER"]).unlink(missing_ok=True)  # finished after all: no requeue (see requeue.py)
+        tokens_per_second = timer.timed_steps * args.batch_size * world_size * args.seq_len / timer.elapsed_s
+        job_peak, peak_source = peak.job_peak(accelerator, world_size, cpus)
+        logged = trainer.callback_metrics
+        val_loss = logged["val_loss"].item()
+        metrics.write(
+            args.output / "metrics.json",
+            {
+                "train_loss": logged["train_loss"].item(),  # the last step's, on rank 0
+                "val_loss": val_loss,
+                "val_perplexity": math.exp(val_loss),
+                "tokens_per_second": tokens_per_second,
+                "tokens_per_second_per_device": tokens_per_second / world_size,
+                "mean_step_time_s": timer.mean_step_time_s,
+                "timed_steps": timer.timed_steps,
+                "flops_per_token": flops_per_token,
+                "model_tflops_per_device": tokens_per_second * flops_per_token / world_size / 1e12,
+                "mfu": tokens_per_second * flops_per_token / job_peak if job_peak else None,
+                "mfu_peak_source": peak_source,
+                "peak_tflops_per_device": job_peak / world_size / 1e12 if job_peak else None,
+                "peak_memory_bytes": int(memory.item()),  # the largest over the ranks
+                "data_wait_share": wait.share,
+                "world_size": trainer.world_size,
+                "num_nodes": args.num_nodes,
+                "devices": args.devices,
+                "max_steps": args.max_steps,
+                "batch_size": args.batch_size,
+                "global_batch_size": args.batch_size * world_size,
+                "seq_len": args.seq_len,
+                "cluster_environment": cluster_environment(trainer),
+                "accelerator": accelerator,
+                "precision": precision,
+                "strategy": args.strategy,
+                "data": args.data,
+                "data_fingerprint": data.fingerprint,
+                "train_tokens": data.train.numel(),
+                "tokenizer": data.tokenizer,
+                "vocab_size": data.vocab_size,
+                "goldfish_k": args.goldfish_k,
+                "goldfish_h": args.goldfish_h,
+                "model": args.model,
+                "parameters": parameters,
+                "seed": args.seed,
+                "torch_version": torch.__version__,
+                "lightning_version": pl.__version__,
+                **power.metrics(),  # gpu_energy_j, gpu_power_mean_w, power_source
+                **profiler.metrics(),  # profile: the step-time breakdown, with --profile-steps
+            },
+        )
+    _leave_process_group()
 
 
 if __name__ == "__main__":

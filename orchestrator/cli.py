@@ -28,6 +28,7 @@ class _Group(click.Group):
         "container": ("orchestrator.container:container", "Container images: build the image jobs run in."),
         "plan": ("orchestrator.layout_cli:plan", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
         "report": ("orchestrator.report_cli:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),
+        "profile-diff": ("orchestrator.opcompare_cli:profile_diff", "Compare two profiled runs' operators: calls and host time, baseline vs exp."),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -278,6 +278,18 @@ def model_flops_per_device(metrics: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _profiled_seconds(profile: Any) -> dict[str, float]:
+    """The profiler window's breakdown (``--profile-steps``: ``{step_ms, kernel_pct, ...}``)
+    as seconds per step, keyed ``profile_<category>`` for the step-time chart."""
+    if not isinstance(profile, Mapping) or (step_ms := _number(profile.get("step_ms"))) is None:
+        return {}
+    return {
+        f"profile_{key.removesuffix('_pct')}": pct / 100 * step_ms / 1000
+        for key, raw in sorted(profile.items())
+        if key.endswith("_pct") and (pct := _number(raw)) is not None
+    }
+
+
 def mfu(metrics: Mapping[str, Any], peak_tflops: float | None, profile_name: str) -> tuple[float | None, str]:
     """MFU against the profile's peak, else the run's own, else None; and what it is relative to."""
     flops = model_flops_per_device(metrics)
@@ -418,6 +430,7 @@ def _row(run: Run, point: Point, scaled: Scaled, prof: profile.Profile, accounti
         em = energy.Emissions(None, None, None, "missing run")
         return Row(run, prof.name, device, _gpus(run), None, scaled, None, {}, None, "missing run", nothing, em)
     breakdown = {k: v for k, raw in sorted(m.items()) if k.startswith("profile_") and (v := _number(raw)) is not None}
+    breakdown |= _profiled_seconds(m.get("profile"))
     value, note = mfu(m, gpu.peak_tflops_bf16 if gpu and device != "CPU" else None, prof.name)
     en = _energy(run, prof, accounting, device)
     em = energy.emissions(en, *_site(prof, overrides))

@@ -344,7 +344,7 @@ def _steptime(MplFigure, s: Series):
     ax.set_xticks([j + width * (len(bars) - 1) / 2 for j in range(len(rows))])
     ax.set_xticklabels([r.config for r in rows])
     ax.set_xlabel("configuration (nodes x GPUs per node)")
-    ax.set_ylabel("seconds" if not keys else "seconds (profile_* as the run wrote them)")
+    ax.set_ylabel("seconds" if not keys else "seconds per step (profiled window by category)")
     ax.legend(loc="best", fontsize="small")
     ax.grid(True, axis="y", alpha=0.3)
     return fig
