@@ -21,10 +21,9 @@ from orchestrator.errors import OrchestratorError, PipelineError, PlanError
 from orchestrator.matrix import write_script
 from orchestrator.plan import Form, Plan
 from orchestrator.runner import Runner
+from orchestrator.slurm import JobInfo, State
 from orchestrator.slurmtime import hms
 from orchestrator.workspace import Workspace
-from orchestrator.slurm import JobInfo, State
-
 
 # Set by the recording job of `orchestrator submit`: attach to finished jobs, never submit.
 ATTACH_ONLY = "ORCH_ATTACH_ONLY"
@@ -220,7 +219,7 @@ def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, .
                 raise PlanError(f"cannot run {ctx.item}", [pipeline.persist_problem(removable)])
             outs = tuple(os.path.relpath(os.path.join(stage.wdir, o.def_path), ctx.root) for o in stage.outs)
             metrics = tuple(path for path, o in zip(outs, stage.outs, strict=True) if o.metric)
-            script_of = lambda name: text if name == ctx.item else ws.script_of(name)  # noqa: E731
+            script_of = lambda name: text if name == ctx.item else ws.script_of(name)
             return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
     except DvcException as exc:
         raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc

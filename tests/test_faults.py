@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from fakes import ok
+from test_jobrun import FakeClock, fake_slurm, run
+from test_jobrun import project as project  # the fixture: a testbed params.yaml in tmp_path
+
 from orchestrator import faults, jobrun, ledger
 from orchestrator.runner import Completed
 from orchestrator.slurm import JobInfo, State
-from test_jobrun import FakeClock, fake_slurm, project, run  # noqa: F401  (project: fixture)
 
 SEED_002 = "jwb0694:13939:14102 [0] transport/net_ib.cc:94 NCCL WARN NET/IB : Got async event : port error"
 
@@ -99,7 +100,7 @@ def write_logs(project, jobs, text):
 
 def test_a_port_error_is_retried_without_that_node_with_backoff(project):
     sbatch, sacct = jobs_that_fail(2)
-    write_logs(project, (101, 102), f"step 1\nnode2:1:1 [0] net_ib.cc:94 NCCL WARN NET/IB : Got async event : port error\n")
+    write_logs(project, (101, 102), "step 1\nnode2:1:1 [0] net_ib.cc:94 NCCL WARN NET/IB : Got async event : port error\n")
     runner = fake_slurm(sbatch=sbatch, sacct=sacct)
     clock = FakeClock()
     outcome, lines = run(project, runner, clock)

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import make_project
-from orchestrator import ledger
 from test_slurm_testbed import ACCOUNT, dvc, jobs_of
+
+from orchestrator import ledger
 
 pytestmark = pytest.mark.slurm
 

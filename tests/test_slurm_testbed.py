@@ -93,8 +93,15 @@ def wait_for_requeue(job_id: str, timeout: float) -> bool:
 
 
 def release_requeued(job_id: str, *updates: str) -> None:
-    """Slurm holds a requeued job for 120 s before it may start again (its begin time);
-    the tests do not wait for that."""
+    """Lift the hold Slurm puts on a requeued job (begin time: 120 s on), once its
+    previous run has left the node, and 2 s later: slurmd refuses the credential of a
+    launch from the same second as the old run's end ("Killing non-startable batch
+    job: Job credential revoked", seen here when released at once), which is what the
+    hold guards against."""
+    deadline = time.time() + 60
+    while job_field(job_id, "JobState") != "PENDING" and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
     subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now", *updates], check=True)
 
 
