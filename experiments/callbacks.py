@@ -1,4 +1,5 @@
-"""Lightning callbacks through which a run reports on itself: where its ranks run, how fast it steps."""
+"""Lightning callbacks through which a run reports on itself: where its ranks run, how fast it steps,
+and the layout metrics every experiment writes."""
 
 from __future__ import annotations
 
@@ -17,6 +18,21 @@ def cluster_environment(trainer: pl.Trainer) -> str:
     ``cluster_environment`` of their own, yet Lightning still detects one.
     """
     return type(trainer._accelerator_connector.cluster_environment).__name__
+
+
+def layout_metrics(trainer: pl.Trainer, args, accelerator: str, precision: str) -> dict:
+    """The metrics every experiment reports about how it ran: processes, batches, devices."""
+    return {
+        "world_size": trainer.world_size,
+        "num_nodes": args.num_nodes,
+        "devices": args.devices,
+        "max_steps": args.max_steps,
+        "batch_size": args.batch_size,
+        "global_batch_size": args.batch_size * trainer.world_size,
+        "cluster_environment": cluster_environment(trainer),
+        "accelerator": accelerator,
+        "precision": precision,
+    }
 
 
 class RankReport(pl.Callback):

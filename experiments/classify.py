@@ -16,7 +16,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from experiments import data, metrics, models, profiling
-from experiments.callbacks import RankReport, StepTimer, cluster_environment
+from experiments.args import positive
+from experiments.callbacks import RankReport, StepTimer, layout_metrics
 from experiments.classifier import TextClassifier
 from experiments.power import PowerMonitor
 from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path
@@ -26,10 +27,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m experiments.classify", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", choices=data.names(), default="pydoc-topics")
     parser.add_argument("--model", choices=models.names(), default="tiny")
-    parser.add_argument("--num-nodes", type=_positive, default=1)
-    parser.add_argument("--devices", type=_positive, default=1, help="processes per node: GPUs, or CPU processes")
-    parser.add_argument("--max-steps", type=_positive, default=30)
-    parser.add_argument("--batch-size", type=_positive, default=16, help="per device")
+    parser.add_argument("--num-nodes", type=positive, default=1)
+    parser.add_argument("--devices", type=positive, default=1, help="processes per node: GPUs, or CPU processes")
+    parser.add_argument("--max-steps", type=positive, default=30)
+    parser.add_argument("--batch-size", type=positive, default=16, help="per device")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--output", type=Path, required=True, help="directory for model/, metrics.json and dvclive/")
     parser.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), default="auto")
@@ -42,12 +43,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("; ".join(problems))
     return args
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 class _Repeated(Dataset):
@@ -148,15 +143,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "samples_per_second_per_device": samples_per_second / world_size,
             "mean_step_time_s": timer.mean_step_time_s,
             "timed_steps": timer.timed_steps,
-            "world_size": trainer.world_size,
-            "num_nodes": args.num_nodes,
-            "devices": args.devices,
-            "max_steps": args.max_steps,
-            "batch_size": args.batch_size,
-            "global_batch_size": args.batch_size * world_size,
-            "cluster_environment": cluster_environment(trainer),
-            "accelerator": accelerator,
-            "precision": precision,
+            **layout_metrics(trainer, args, accelerator, precision),  # world size, nodes, devices, steps, batches, environment
             "dataset": args.dataset,
             "dataset_fingerprint": dataset.fingerprint,
             "num_classes": dataset.num_classes,

@@ -21,7 +21,8 @@ import pytorch_lightning as pl
 import torch
 
 from experiments import goldfish, gpt, lm_data, metrics, peak, profiling, tokenizer
-from experiments.callbacks import RankReport, StepTimer, cluster_environment
+from experiments.args import positive
+from experiments.callbacks import RankReport, StepTimer, layout_metrics
 from experiments.causal_lm import CausalLM
 from experiments.datamodule import LMDataModule
 from experiments.datawait import DataWait
@@ -35,13 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.lm", description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=lm_data.DEFAULT_SOURCE, help=f"text to train on: {lm_data.VALID_SOURCES}")
     parser.add_argument("--model", choices=gpt.names(), default="tiny")
-    parser.add_argument("--num-nodes", type=_positive, default=1)
-    parser.add_argument("--devices", type=_positive, default=1, help="processes per node: GPUs, or CPU processes")
-    parser.add_argument("--max-steps", type=_positive, default=30)
+    parser.add_argument("--num-nodes", type=positive, default=1)
+    parser.add_argument("--devices", type=positive, default=1, help="processes per node: GPUs, or CPU processes")
+    parser.add_argument("--max-steps", type=positive, default=30)
     batch = parser.add_mutually_exclusive_group()
-    batch.add_argument("--batch-size", type=_positive, help="sequences per device (default 8)")
-    batch.add_argument("--global-batch-size", type=_positive, help="sequences per step over all devices; must divide across them")
-    parser.add_argument("--seq-len", type=_positive, default=128, help="tokens per sequence")
+    batch.add_argument("--batch-size", type=positive, help="sequences per device (default 8)")
+    batch.add_argument("--global-batch-size", type=positive, help="sequences per step over all devices; must divide across them")
+    parser.add_argument("--seq-len", type=positive, default=128, help="tokens per sequence")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--output", type=Path, required=True, help="directory for model/, metrics.json and dvclive/")
     parser.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), default="auto")
@@ -55,12 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
     profiling.add_options(parser)
     return parser
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -226,16 +221,8 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
                 "peak_tflops_per_device": job_peak / world_size / 1e12 if job_peak else None,
                 "peak_memory_bytes": int(memory.item()),  # the largest over the ranks
                 "data_wait_share": wait.share,
-                "world_size": trainer.world_size,
-                "num_nodes": args.num_nodes,
-                "devices": args.devices,
-                "max_steps": args.max_steps,
-                "batch_size": args.batch_size,
-                "global_batch_size": args.batch_size * world_size,
+                **layout_metrics(trainer, args, accelerator, precision),  # world size, nodes, devices, steps, batches, environment
                 "seq_len": args.seq_len,
-                "cluster_environment": cluster_environment(trainer),
-                "accelerator": accelerator,
-                "precision": precision,
                 "strategy": args.strategy,
                 "data": args.data,
                 "data_fingerprint": data.fingerprint,
