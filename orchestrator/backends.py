@@ -186,13 +186,13 @@ class SbatchBackend:
             live = slurm.parse_squeue(squeue.stdout) if squeue else {}  # squeue fails on unknown ids but may list the rest
             for job_id, info in live.items():
                 ended = found.get(job_id)
-                if ended is not None and not (info.state.active and not info.slurm_state.startswith(_WINDING_DOWN)):
-                    continue  # the database's answer stands (squeue may still show the run finishing)
-                if ended is not None:
-                    # The run the database saw end was not the last: count it as an earlier run.
-                    failed_on = (ended.nodelist,) if ended.slurm_state.split(" ", 1)[0] in slurm.NODE_FAILURE_STATES and ended.nodelist else ()
-                    info = dataclasses.replace(info, requeues=ended.requeues + 1, node_failures=ended.node_failures + failed_on)
-                found[job_id] = info
+                if ended is None:
+                    found[job_id] = info
+                elif info.state.active and not info.slurm_state.startswith(_WINDING_DOWN):
+                    # Running again: the run the database saw end was an earlier run.
+                    failed_on = (ended.nodelist,) if slurm.node_failed(ended.slurm_state) and ended.nodelist else ()
+                    found[job_id] = dataclasses.replace(info, requeues=ended.requeues + 1, node_failures=ended.node_failures + failed_on)
+                # else the database's answer stands (squeue may still show the run finishing)
             if squeue is not None and squeue.returncode != 0 and sacct.returncode != 0:
                 # Neither the database nor the controller answered: say so, so the
                 # caller waits and asks again (never mistaking it for a lost job).

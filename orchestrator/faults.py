@@ -3,19 +3,20 @@
 A job that ended because a node died (Slurm's ``NODE_FAIL``/``BOOT_FAIL``) or whose
 log shows a known interconnect error is worth running again elsewhere; a Python
 exception is not (it fails the same way again, on any node). Classification is
-pure: the caller brings the job's state, the tail of its log and the nodes Slurm
-now calls unhealthy.
+pure: the caller brings the job's state, the tail of its log and a way to ask
+which nodes Slurm now calls unhealthy.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import hostlist
 
-from orchestrator.slurm import NODE_FAILURE_STATES, JobInfo, State
+from orchestrator.slurm import JobInfo, State, node_failed
 
 # Interconnect errors after which the job cannot go on, as NCCL/RCCL print them:
 # "<host>:<pid>:<tid> [<dev>] <file>:<line> NCCL WARN <message>", perhaps behind
@@ -47,17 +48,22 @@ def nodes_of(nodelist: str | None) -> list[str]:
         return []
 
 
-def classify(info: JobInfo, log_lines: Iterable[str], unhealthy: Iterable[str] = ()) -> Fault | None:
-    """The node fault that ended the job, or None when the job failed on its own."""
+def suspects(nodes: Sequence[str], unhealthy: Callable[[Sequence[str]], Sequence[str]]) -> list[str]:
+    """Which of a failed run's ``nodes`` to leave out: those Slurm still calls unhealthy;
+    if none (a node that failed may be back in service already: the flaky kind), all."""
+    bad = set(unhealthy(nodes)) if nodes else set()
+    return [n for n in nodes if n in bad] or list(nodes)
+
+
+def classify(info: JobInfo, log_lines: Iterable[str], unhealthy: Callable[[Sequence[str]], Sequence[str]] = lambda nodes: ()) -> Fault | None:
+    """The node fault that ended the job, or None when the job failed on its own.
+    ``unhealthy`` asks the scheduler which nodes are down (only for a node failure)."""
     if info.state != State.FAILED:
         return None  # completed, cancelled by someone, or still going
     ran_on = nodes_of(info.nodelist)
-    word = info.slurm_state.split(" ", 1)[0]
-    if word in NODE_FAILURE_STATES:
-        # The nodes Slurm still calls unhealthy; if none (a node that failed may be back
-        # in service already: the flaky kind), all the job's nodes.
-        bad = [n for n in ran_on if n in set(unhealthy)] or ran_on
-        return Fault(f"{word} on {', '.join(bad) or 'its nodes'}", tuple(bad))
+    if node_failed(info.slurm_state):
+        bad = suspects(ran_on, unhealthy)
+        return Fault(f"{info.slurm_state.split(' ', 1)[0]} on {', '.join(bad) or 'its nodes'}", tuple(bad))
     for line in log_lines:
         if any(p.search(line) for p in INTERCONNECT):
             m = _HOST.match(line)
@@ -69,13 +75,15 @@ def classify(info: JobInfo, log_lines: Iterable[str], unhealthy: Iterable[str] =
     return None
 
 
-def read_tail(path, limit: int = LOG_TAIL_BYTES) -> list[str]:
-    """The last ``limit`` bytes of a log as lines (none if it is missing)."""
+def read_tail(path: Path | None, limit: int = LOG_TAIL_BYTES) -> list[str]:
+    """The last ``limit`` bytes of a log as lines (none if there is none)."""
+    if path is None:
+        return []
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - limit))
             return f.read().decode(errors="replace").splitlines()
-    except (FileNotFoundError, IsADirectoryError, TypeError):
+    except (FileNotFoundError, IsADirectoryError):
         return []

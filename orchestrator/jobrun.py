@@ -134,7 +134,7 @@ def run_item(
         _announce(outcome, ctx.item, ws.cluster, plan, say)
         requeued = _RequeuedOffFailedNodes(backend, book, ctx.item, outcome.record, say)
         info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info, observe=requeued)
-        fault = None if info.state == State.COMPLETED else faults.classify(info, faults.read_tail(outcome.record.log_path(ctx.root)), backend.unhealthy(faults.nodes_of(info.nodelist)))
+        fault = None if info.state == State.COMPLETED else faults.classify(info, faults.read_tail(outcome.record.log_path(ctx.root)), backend.unhealthy)
         with book.locked(ctx.item) as records:
             record = records.update(
                 outcome.record.job_id,
@@ -184,8 +184,7 @@ class _RequeuedOffFailedNodes:
             return
         self.seen = info.node_failures
         failed = sorted({n for nodelist in info.node_failures for n in faults.nodes_of(nodelist)})
-        bad = self.backend.unhealthy(failed) or failed
-        wanted = tuple(sorted({*self.excluded, *bad}))
+        wanted = tuple(sorted({*self.excluded, *faults.suspects(failed, self.backend.unhealthy)}))
         if info.state == State.PENDING and wanted != self.excluded and self.backend.exclude(info.job_id, wanted):
             self.excluded = wanted
         with self.book.locked(self.item) as records:
@@ -260,20 +259,26 @@ def attach_or_submit(
     except backends.Refused:
         records.forget_intent()  # refused: no job exists, nothing to look for later
         raise
-    record = ledger.Record(
+    prov = provenance.at_submission(ws.root, runner, ws.profile, text)
+    record = _record(ws, plan, backend, script, fp, submitted.job_id, submitted.log, now, prov, excluded=tuple(exclude))
+    records.append(record)
+    return Outcome(record, attached=False)
+
+
+def _record(ws: Workspace, plan: Plan, backend: backends.Backend, script: Path, fp: str, job_id: str, log: str, at: float, prov: dict, **more) -> ledger.Record:
+    """A ledger record of one of ``plan``'s jobs, submitted (or found) at ``at``."""
+    return ledger.Record(
         item=plan.item,
         fingerprint=fp,
         backend=backend.name,
-        job_id=submitted.job_id,
+        job_id=job_id,
         profile=ws.cluster,
         script=os.path.relpath(script, ws.root),
-        submitted_at=now,
-        log=submitted.log,
-        provenance=provenance.at_submission(ws.root, runner, ws.profile, text),
-        excluded=tuple(exclude),
+        submitted_at=at,
+        log=log,
+        provenance=prov,
+        **more,
     )
-    records.append(record)
-    return Outcome(record, attached=False)
 
 
 def adopt(records: ledger.ItemLedger, fp: str, backend: backends.Backend, ws: Workspace, plan: Plan, script: Path, text: str, runner: Runner) -> Outcome | None:
@@ -287,19 +292,9 @@ def adopt(records: ledger.ItemLedger, fp: str, backend: backends.Backend, ws: Wo
         records.forget_intent()  # the earlier process died before Slurm took the job
         return None
     info = backend.query([job_id]).get(job_id)
-    record = ledger.Record(
-        item=plan.item,
-        fingerprint=intent.fingerprint,
-        backend=backend.name,
-        job_id=job_id,
-        profile=ws.cluster,
-        script=os.path.relpath(script, ws.root),
-        submitted_at=intent.written_at,
-        state=info.state if info else State.PENDING,
-        log=plan.log.replace("%j", job_id),
-        provenance=provenance.at_submission(ws.root, runner, ws.profile, text) if intent.fingerprint == fp else {},
-        adopted=True,
-    )
+    prov = provenance.at_submission(ws.root, runner, ws.profile, text) if intent.fingerprint == fp else {}
+    log = plan.log.replace("%j", job_id)  # as the sbatch backend names it (only Slurm jobs are adopted)
+    record = _record(ws, plan, backend, script, intent.fingerprint, job_id, log, intent.written_at, prov, state=info.state if info else State.PENDING, adopted=True)
     records.append(record)
     if intent.fingerprint == fp and (record.state.active or record.state == State.COMPLETED):
         return Outcome(record, attached=True, info=info)

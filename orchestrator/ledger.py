@@ -113,12 +113,12 @@ class ItemLedger:
     def begin(self, intent: Intent) -> None:
         """Record that a submission is about to happen (see :class:`Intent`)."""
         self.intent = intent
-        _write(self.path, self.records, intent)
+        self._save()
 
     def forget_intent(self) -> None:
         if self.intent is not None:
             self.intent = None
-            _write(self.path, self.records)
+            self._save()
 
     def latest(self, fingerprint: str) -> Record | None:
         matching = [r for r in self.records if r.fingerprint == fingerprint]
@@ -128,15 +128,18 @@ class ItemLedger:
         """Add a record; it also settles a pending intent (one atomic write)."""
         self.records.append(record)
         self.intent = None
-        _write(self.path, self.records)
+        self._save()
 
     def update(self, job_id: str, **changes) -> Record:
         for i, r in enumerate(self.records):
             if r.job_id == job_id:
                 self.records[i] = dataclasses.replace(r, **changes)
-                _write(self.path, self.records, self.intent)
+                self._save()
                 return self.records[i]
         raise KeyError(job_id)
+
+    def _save(self) -> None:
+        _write(self.path, self.records, self.intent)
 
 
 class Ledger:
@@ -187,7 +190,7 @@ def _read_all(path: Path) -> tuple[list[Record], Intent | None]:
     return [Record.from_json(d) for d in data.get("records", [])], intent
 
 
-def _write(path: Path, records: list[Record], intent: Intent | None = None) -> None:
+def _write(path: Path, records: list[Record], intent: Intent | None) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     with os.fdopen(fd, "w") as f:

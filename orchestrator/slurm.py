@@ -59,10 +59,19 @@ SLURM_STATES: Mapping[str, State] = {
 }
 
 
+def _word(slurm_state: str) -> str:
+    """``CANCELLED by 0`` -> ``CANCELLED``, ``RUNNING+`` -> ``RUNNING``."""
+    return slurm_state.strip().split(" ", 1)[0].rstrip("+")
+
+
 def state_of(slurm_state: str) -> State:
     """Our state for Slurm's (``CANCELLED by 0`` -> cancelled, ``FOO`` -> unknown)."""
-    word = slurm_state.strip().split(" ", 1)[0].rstrip("+")
-    return SLURM_STATES.get(word, State.UNKNOWN)
+    return SLURM_STATES.get(_word(slurm_state), State.UNKNOWN)
+
+
+def node_failed(slurm_state: str) -> bool:
+    """Whether Slurm ended the run because a node failed, not because of the job."""
+    return _word(slurm_state) in NODE_FAILURE_STATES
 
 
 @dataclass(frozen=True)
@@ -186,7 +195,7 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
             continue
         job_id, state, exit_code, elapsed, nnodes, nodelist, reason = parts
         earlier = jobs.get(job_id)
-        if earlier is not None and earlier.slurm_state.split(" ", 1)[0] in NODE_FAILURE_STATES and earlier.nodelist:
+        if earlier is not None and node_failed(earlier.slurm_state) and earlier.nodelist:
             failed_on[job_id] = (*failed_on.get(job_id, ()), earlier.nodelist)
         runs[job_id] = runs.get(job_id, 0) + 1
         code, sig = _exit_code(exit_code)

@@ -35,8 +35,13 @@ class Row:
 
 def latest(root: Path, targets: Sequence[str] = ()) -> dict[str, ledger.Record]:
     """The newest record of every item (matching ``targets``: names, stages or globs)."""
+    return {item: records[-1] for item, records in _histories(root, targets).items()}
+
+
+def _histories(root: Path, targets: Sequence[str]) -> dict[str, list[ledger.Record]]:
+    """Every record of the items matching ``targets``, oldest first."""
     items = ledger.Ledger(root).items()
-    chosen = {item: records[-1] for item, records in items.items() if _matches(item, targets)}
+    chosen = {item: records for item, records in items.items() if _matches(item, targets)}
     if targets and not chosen:
         raise OrchestratorError(f"no submitted item matches {', '.join(targets)}", hints=[f"items in the ledger: {', '.join(sorted(items)) or '(none)'}"])
     return chosen
@@ -48,7 +53,8 @@ def _matches(item: str, targets: Sequence[str]) -> bool:
 
 def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row]:
     """Current state of the items' newest jobs: one sacct call for all Slurm jobs."""
-    records = latest(root, targets)
+    histories = _histories(root, targets)
+    records = {item: history[-1] for item, history in histories.items()}
     live = [r.job_id for r in records.values() if r.backend == "slurm" and not r.state.final]
     found: dict[str, JobInfo] = {}
     if live:
@@ -57,40 +63,44 @@ def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row
         except backends.SchedulerError:
             found = {}  # show what the ledger knows; the next refresh asks again
     book = ledger.Ledger(root)
+    peaks: dict[str, float | None] = {}
     rows = []
     for item, rec in sorted(records.items()):
         info = found.get(rec.job_id)
         if info is not None and (info.state != rec.state or info.elapsed_s != rec.elapsed_s):
             with book.locked(item) as entries:
                 rec = entries.update(rec.job_id, state=info.state, exit_code=info.exit_code, nodelist=info.nodelist or rec.nodelist, nodes=info.nodes or rec.nodes, elapsed_s=info.elapsed_s)
-        history = book.records(item)
+        history = histories[item]
         faulted = [r for r in history if r.fingerprint == rec.fingerprint and r.fault]
         rows.append(
             Row(
                 item, rec.state, rec.job_id, rec.nodelist or (str(rec.nodes) if rec.nodes else "-"), rec.elapsed_s, rec.exit_code, rec.log, len(history),
-                mfu=_mfu(root, rec), avoiding=rec.excluded, node_faults=len(faulted),
+                mfu=_mfu(root, rec, peaks), avoiding=rec.excluded, node_faults=len(faulted),
             )
         )
     return rows
 
 
-def _mfu(root: Path, rec: ledger.Record) -> float | None:
-    """MFU of a finished run, as the report computes it (the profile's peak, else the run's own)."""
+def _mfu(root: Path, rec: ledger.Record, peaks: dict[str, float | None]) -> float | None:
+    """MFU of a finished run, as the report computes it (the profile's peak, else the
+    run's own); ``peaks`` keeps each profile's peak, loaded once per refresh."""
     if rec.state != State.COMPLETED or not rec.metrics:
         return None
     from orchestrator import profile, report
 
-    try:
-        peak = profile.load(rec.profile).profile.node.gpu
-    except OrchestratorError:
-        peak = None  # a profile file since moved: the run's own figure still counts
+    if rec.profile not in peaks:
+        try:
+            gpu = profile.load(rec.profile).profile.node.gpu
+            peaks[rec.profile] = gpu.peak_tflops_bf16 if gpu else None
+        except OrchestratorError:
+            peaks[rec.profile] = None  # a profile file since moved: the run's own figure still counts
     for path in rec.metrics:
         try:
             data = json.loads((root / path).read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict):
-            value, _ = report.mfu(data, peak.peak_tflops_bf16 if peak else None, rec.profile)
+            value, _ = report.mfu(data, peaks[rec.profile], rec.profile)
             if value is not None:
                 return value
     return None

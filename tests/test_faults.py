@@ -54,8 +54,19 @@ def test_a_host_outside_the_job_is_not_excluded():
 
 
 def test_node_fail_names_the_nodes_slurm_calls_unhealthy():
-    fault = faults.classify(failed("NODE_FAIL", "node[1-2]"), [], unhealthy=["node2", "node9"])
+    fault = faults.classify(failed("NODE_FAIL", "node[1-2]"), [], unhealthy=lambda nodes: ["node2", "node9"])
     assert fault == faults.Fault("NODE_FAIL on node2", ("node2",))
+
+
+def test_node_fail_with_every_node_back_in_service_suspects_them_all():
+    assert faults.classify(failed("NODE_FAIL", "node[1-2]"), []).nodes == ("node1", "node2")
+
+
+def test_the_scheduler_is_asked_about_nodes_only_for_a_node_failure():
+    def unhealthy(nodes):
+        raise AssertionError("sinfo asked for a job that failed on its own")
+
+    assert faults.classify(failed(), ["ValueError: boom"], unhealthy) is None
 
 
 @pytest.mark.parametrize("state", [State.COMPLETED, State.CANCELLED, State.RUNNING])
