@@ -91,39 +91,47 @@ def report(name: str, **counts) -> None:
 def test_login_process_killed_at_random_points_converges_without_duplicates(slurm_testbed, tmp_path):
     """`dvc repro` (with its `orchestrator run`s) is SIGKILLed, as a login node kills a
     session, at random moments (planning, sbatch, waiting, DVC recording) at least 20
-    times; then one `dvc repro` runs to the end. Every item has exactly one job, which
+    times; then one `dvc repro` runs to the end. Whenever a run gets to the end before
+    its kill, the matrix is made stale again (a new `seconds`: new scripts), so every
+    kill lands on real work however fast the machine is. Every version of every item
+    has exactly one job (sacct's jobs are the ledger's, one per fingerprint), all
     completed, and every output is whole."""
     names = ["a", "b", "c"]
     project = work_project(tmp_path / "p", names, seconds=4)
     since = time.time()
     rng = random.Random(20261121)
-    kills, finished = 0, 0
+    kills, rounds = 0, 0
+    out = tmp_path / "repro.log"
     while kills < 20:
-        proc = subprocess.Popen(
-            ["dvc", "repro"], cwd=project, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "ORCH_POLL_FIRST_S": "0.2", "ORCH_POLL_MAX_S": "1"},
-        )
-        try:
-            proc.wait(timeout=rng.uniform(0.3, 5.0))
-            finished += 1
-            if finished > 20:
-                pytest.fail("dvc repro kept finishing before it could be killed")
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            kills += 1
+        with out.open("w") as log:
+            proc = subprocess.Popen(
+                ["dvc", "repro"], cwd=project, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "ORCH_POLL_FIRST_S": "0.2", "ORCH_POLL_MAX_S": "1"},
+            )
+            try:
+                rc = proc.wait(timeout=rng.uniform(0.3, 5.0))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                continue
+        assert rc == 0, out.read_text()
+        rounds += 1
+        params = yaml.safe_load((project / "params.yaml").read_text())
+        params["seconds"] = 4 + rounds / 100
+        (project / "params.yaml").write_text(yaml.safe_dump(params))
     done = dvc(project, "repro", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    jobs = jobs_of(ACCOUNT, since, project, expect=len(names))
-    by_name: dict[str, list[list[str]]] = {}
-    for job in jobs:
-        by_name.setdefault(job[1], []).append(job)
-    assert sorted(by_name) == [f"work@{n}" for n in names], jobs
-    assert all(len(v) == 1 and v[0][2] == "COMPLETED" for v in by_name.values()), f"duplicate or failed jobs: {jobs}"
-    assert_intact(project, names)
+    jobs = jobs_of(ACCOUNT, since, project, expect=len(names) * (rounds + 1))
+    assert all(job[2] == "COMPLETED" for job in jobs), f"failed jobs: {jobs}"
     book = ledger.Ledger(project)
+    for name in names:
+        records = book.records(f"work@{name}")
+        assert sorted(j[0] for j in jobs if j[1] == f"work@{name}") == sorted(r.job_id for r in records), f"jobs the ledger does not know: {jobs}"
+        assert len({r.fingerprint for r in records}) == len(records) == rounds + 1, f"duplicate jobs for one version of work@{name}: {records}"
+    assert_intact(project, names)
     adopted = sum(r.adopted for recs in book.items().values() for r in recs)
-    report("login process killed", kills=kills, runs_that_finished_first=finished, jobs=len(jobs), duplicates=0, adopted_orphans=adopted)
+    report("login process killed", kills=kills, matrix_versions=rounds + 1, jobs=len(jobs), duplicates=0, adopted_orphans=adopted)
 
 
 def test_killed_between_sbatch_and_the_ledger_adopts_the_orphaned_job(slurm_testbed, tmp_path):
