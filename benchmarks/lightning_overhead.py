@@ -10,7 +10,9 @@ Both run under torch.use_deterministic_algorithms(True), as a CPU run does.
 
 A step's time is from the start of one step to the start of the next (the last
 step: to its end), so the work between steps (fetching the next batch,
-Lightning's bookkeeping and logging) is inside. Repeats interleave the two
+Lightning's bookkeeping and logging) is inside. The logger buffers its points
+and writes them every few seconds (here: at the end); those writes are timed
+and their mean per step added to every Lightning step. Repeats interleave the two
 sides, alternating which goes first, so load drifts hit both alike.
 
 The figure: the ratio of the two sides' lower deciles over all timed steps of
@@ -51,8 +53,8 @@ def step_times(starts: list[float], end: float, warmup: int) -> list[float]:
     return [bounds[i + 1] - bounds[i] for i in range(warmup, len(starts))]
 
 
-def lightning_side(args, data, workdir: Path) -> list[float]:
-    """Step times of a run through experiments.lm's trainer and callbacks."""
+def lightning_side(args, data, workdir: Path) -> tuple[list[float], float]:
+    """Step times of a run through experiments.lm's trainer and callbacks, and its logger's write time per step."""
     import pytorch_lightning as pl
 
     from experiments import lm
@@ -82,9 +84,19 @@ def lightning_side(args, data, workdir: Path) -> list[float]:
     # The run's per-step callbacks, in its order (RankReport, which only prints at set-up, left out).
     callbacks = [stamps, StepTimer(warmup_steps=args.warmup), CheckpointOnSignal(checkpoint_path(workdir / "model")),
                  DataWait(warmup_steps=args.warmup)]
-    trainer = lm.build_trainer(run, callbacks, PlotsLogger(workdir / "dvclive"))
+    logger = PlotsLogger(workdir / "dvclive")
+    flushes = []  # the logger writes its buffered points outside the steps (at the end of so short a run): timed here
+    flush = logger.flush
+
+    def timed_flush():
+        start = time.perf_counter()
+        flush()
+        flushes.append(time.perf_counter() - start)
+
+    logger.flush = timed_flush
+    trainer = lm.build_trainer(run, callbacks, logger)
     trainer.fit(module, datamodule=LMDataModule(data, args.batch_size, SEED))
-    return step_times(stamps.starts, stamps.end, args.warmup)
+    return step_times(stamps.starts, stamps.end, args.warmup), sum(flushes) / len(stamps.starts)
 
 
 def plain_side(args, data) -> list[float]:
@@ -132,6 +144,7 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     torch.use_deterministic_algorithms(True)  # what the Lightning side's trainer sets for CPU runs
     runs: dict[str, list[list[float]]] = {"lightning": [], "plain": []}
+    flush_per_step: list[float] = []
     with tempfile.TemporaryDirectory(prefix="orch-overhead-") as td:
         tmp = Path(td)
         os.chdir(tmp)  # DVCLive outside any Git or DVC project
@@ -141,24 +154,34 @@ def main() -> int:
         print(f"{'repeat':<8} {'lightning':>10} {'plain':>10} {'ratio':>7}")
         for i in range(args.n):
             for name in ("lightning", "plain") if i % 2 == 0 else ("plain", "lightning"):
-                times = lightning_side(args, data, tmp / f"run{i}") if name == "lightning" else plain_side(args, data)
+                if name == "lightning":
+                    times, flush = lightning_side(args, data, tmp / f"run{i}")
+                    flush_per_step.append(flush)
+                else:
+                    times = plain_side(args, data)
                 runs[name].append(times)
             light, plain = (statistics.median(runs[name][-1]) for name in ("lightning", "plain"))
             print(f"{i:<8} {light:>10.4f} {plain:>10.4f} {light / plain:>7.3f}")
     pooled = {name: [t for times in repeats for t in times] for name, repeats in runs.items()}
+    # The logger's buffered writes happen outside the timed steps (here at the run's end; in a long run every
+    # few seconds, in one step): their mean cost per step is charged to every Lightning step.
+    flush = statistics.mean(flush_per_step)
+    pooled["lightning"] = [t + flush for t in pooled["lightning"]]
     decile = {name: statistics.quantiles(times, n=10)[0] for name, times in pooled.items()}
     median = {name: statistics.median(times) for name, times in pooled.items()}
-    per_repeat = [statistics.median(light) / statistics.median(plain) for light, plain in zip(runs["lightning"], runs["plain"], strict=True)]
+    per_repeat = [(statistics.median(light) + f) / statistics.median(plain)
+                  for light, f, plain in zip(runs["lightning"], flush_per_step, runs["plain"], strict=True)]
     ratio = decile["lightning"] / decile["plain"]
     print(f"{'decile':<8} {decile['lightning']:>10.4f} {decile['plain']:>10.4f} {ratio:>7.3f}  (bound <= {MAX_RATIO}), all steps")
     print(f"{'median':<8} {median['lightning']:>10.4f} {median['plain']:>10.4f} {median['lightning'] / median['plain']:>7.3f}  all steps")
     print(f"{'paired':<8} {'':>10} {'':>10} {statistics.median(per_repeat):>7.3f}  median of the repeats' ratios")
+    print(f"logger writes: {1e3 * flush:.3f} ms per step (buffered, outside the steps; included above)")
     failures = [] if ratio <= MAX_RATIO else [f"Lightning takes {ratio:.3f}x the plain loop per step (bound {MAX_RATIO})"]
     result = {"config": {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len, "steps": args.steps,
                          "warmup_steps": args.warmup, "repeats": args.n, "tokenizer": data.tokenizer, "threads": torch.get_num_threads()},
               "step_s": runs, "lower_decile_step_s": decile, "median_step_s": median, "ratio": ratio,
               "overhead_percent": 100 * (ratio - 1), "ratio_of_medians": median["lightning"] / median["plain"],
-              "median_of_repeat_ratios": statistics.median(per_repeat), "bound": MAX_RATIO, "load_average": os.getloadavg(),
+              "median_of_repeat_ratios": statistics.median(per_repeat), "logger_flush_s_per_step": flush, "bound": MAX_RATIO, "load_average": os.getloadavg(),
               "torch": torch.__version__, "lightning": pl.__version__, "python": sys.version.split()[0], "failures": failures,
               "ok": not failures}
     (HERE / "out").mkdir(exist_ok=True)

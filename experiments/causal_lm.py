@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from experiments import goldfish, gpt
+from experiments.callbacks import log_step
 
 
 class CausalLM(pl.LightningModule):
@@ -29,7 +30,8 @@ class CausalLM(pl.LightningModule):
         # slightly (its mean is over all kept tokens at once).
         loss = goldfish.loss(self(inputs), targets, self.hparams.goldfish_k, self.hparams.goldfish_h)
         # This rank's loss only: a per-step all-reduce would sit inside the timed steps.
-        self.log("train_loss", loss, batch_size=len(batch))
+        self.last_train_loss = loss.detach()
+        log_step(self, train_loss=loss)
         return loss
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:

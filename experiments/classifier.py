@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from experiments import models
+from experiments.callbacks import log_step
 
 
 class TextClassifier(pl.LightningModule):
@@ -23,7 +24,8 @@ class TextClassifier(pl.LightningModule):
         tokens, labels = batch
         loss = F.cross_entropy(self(tokens), labels)
         # This rank's loss only: a per-step all-reduce would sit inside the timed steps.
-        self.log("train_loss", loss, batch_size=len(labels))
+        self.last_train_loss = loss.detach()
+        log_step(self, train_loss=loss)
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:

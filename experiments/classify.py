@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_steps=args.max_steps,
         deterministic=accelerator == "cpu",  # on GPUs, deterministic kernels would cost the speed being measured
         default_root_dir=args.output,  # whatever Lightning writes by itself stays in the output
-        logger=PlotsLogger(args.output / "dvclive"),
+        logger=PlotsLogger(args.output / "dvclive", resume=resume_path(requeue.path) is not None),  # a resumed run keeps its curves
         log_every_n_steps=max(1, args.max_steps // 100),  # ~100 points per curve
         callbacks=[report, timer, requeue, power, profiler],
         plugins=_slurm_without_auto_requeue(),
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     metrics.write(
         args.output / "metrics.json",
         {
-            "train_loss": logged["train_loss"].item(),  # the last step's, on rank 0
+            "train_loss": module.last_train_loss.item(),  # the last step's, on rank 0
             "val_loss": logged["val_loss"].item(),
             "val_accuracy": logged["val_accuracy"].item(),
             "samples_per_second": samples_per_second,

@@ -185,8 +185,10 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     )
     profiler = profiling.ProfileWindow(args.profile_steps, args.output, args.profile_trace)
     # DataWait last: the other callbacks' batch-end work counts as step time, not as waiting.
-    trainer = build_trainer(args, [*callbacks, report, timer, requeue, power, profiler, wait], PlotsLogger(args.output / "dvclive"))
-    trainer.fit(module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers), ckpt_path=resume_path(requeue.path))
+    resume = resume_path(requeue.path)
+    plots = PlotsLogger(args.output / "dvclive", resume=resume is not None)  # a resumed run keeps its curves
+    trainer = build_trainer(args, [*callbacks, report, timer, requeue, power, profiler, wait], plots)
+    trainer.fit(module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers), ckpt_path=resume)
     # A signal during the last step leaves nothing to resume: finish now instead (validation has run).
     if requeue.checkpointed and trainer.global_step < args.max_steps:
         print(f"checkpointed at step {trainer.global_step} on the requeue signal; exiting {REQUEUE_EXIT} to be run again", flush=True)
@@ -207,7 +209,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
         metrics.write(
             args.output / "metrics.json",
             {
-                "train_loss": logged["train_loss"].item(),  # the last step's, on rank 0
+                "train_loss": module.last_train_loss.item(),  # the last step's, on rank 0
                 "val_loss": val_loss,
                 "val_perplexity": math.exp(val_loss),
                 "tokens_per_second": tokens_per_second,

@@ -8,14 +8,13 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import ROOT, make_project
-from test_slurm_testbed import ACCOUNT, dvc, release_requeued, require_torch, wait_for_requeue
+from test_slurm_testbed import ACCOUNT, dvc, release_requeued, require_torch, wait_for_requeue, wait_until_training
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer]
 
@@ -127,18 +126,7 @@ def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_imag
     result = project / "results/benchmark/pydoc-topics/tiny/1x2"
     repro = subprocess.Popen(["dvc", "repro", "benchmark"], cwd=project, env={**os.environ, "ORCH_POLL_MAX_S": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        job_id, log = None, None
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            ledger = project / f".orchestrator/ledger/{item}.json"
-            if job_id is None and ledger.exists():
-                job_id = json.loads(ledger.read_text())["records"][-1]["job_id"]
-                log = project / f".orchestrator/logs/{item}-{job_id}.log"
-            if log is not None and log.exists() and "rank 1/2" in log.read_text():
-                break
-            time.sleep(1)
-        else:
-            pytest.fail(f"the job did not start training: {log.read_text()[-3000:] if log and log.exists() else ''}")
+        job_id, log = wait_until_training(project, item, repro, 240)
         # The job was submitted with the stage's 30 minutes; cut its limit to run out in
         # 95 s. The signal (USR1@30) comes 30 s before, or up to 60 s earlier than that
         # (Slurm checks limits periodically): 5 to 65 s from now, while training runs.

@@ -176,7 +176,9 @@ def test_ddp_run_on_two_processes(runs):
     assert metrics["samples_per_second_per_device"] * 2 == pytest.approx(metrics["samples_per_second"])
     lines = run.stdout.splitlines()
     for rank in (0, 1):
-        assert any(line.startswith(f"rank {rank}/2 env=LightningEnvironment node_rank=0 local_rank={rank} cpus=") for line in lines)
+        # The whole stdout in the message: one CI run missed a rank's line and the log was gone.
+        expected = f"rank {rank}/2 env=LightningEnvironment node_rank=0 local_rank={rank} cpus="
+        assert any(line.startswith(expected) for line in lines), f"no {expected!r} line in stdout:\n{run.stdout}\nstderr tail:\n{run.stderr[-3000:]}"
     assert sum(line.startswith("cluster_environment=LightningEnvironment world_size=2 global_rank=0 ") for line in lines) == 1
 
 

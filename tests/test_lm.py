@@ -418,6 +418,9 @@ def test_interrupted_and_resumed_run_ends_with_the_same_weights(in_process):
     assert not (in_process / "cut" / "model" / "requeue.ckpt").exists()
     metrics = [json.loads((in_process / run / "metrics.json").read_text()) for run in ("whole", "cut")]
     assert metrics[0]["val_loss"] == metrics[1]["val_loss"]
+    # The curves too: the resumed run kept the first run's points and added its own, each step once.
+    whole_curve, cut_curve = ((in_process / run / "dvclive/plots/metrics/train/loss.tsv").read_text() for run in ("whole", "cut"))
+    assert cut_curve == whole_curve and len(cut_curve.splitlines()) == 1 + 8
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from conftest import ROOT, make_project
 from test_container_jobs import _slurm_seconds
-from test_slurm_testbed import ACCOUNT, dvc, jobs_of, release_requeued, require_torch
+from test_slurm_testbed import ACCOUNT, dvc, jobs_of, release_requeued, require_torch, wait_until_training
 
 pytestmark = pytest.mark.slurm
 
@@ -250,19 +250,7 @@ def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(
     )
     reference = None
     try:
-        ledger = project / f".orchestrator/ledger/{name}.json"
-        job_id, log = None, None
-        deadline = time.time() + 300
-        while time.time() < deadline and repro.poll() is None:
-            if job_id is None and ledger.exists():
-                job_id = json.loads(ledger.read_text())["records"][-1]["job_id"]
-                log = project / f".orchestrator/logs/{name}-{job_id}.log"
-            if log is not None and log.exists() and "rank 1/2" in log.read_text():
-                break
-            time.sleep(0.5)
-        else:
-            said = log.read_text() if log and log.exists() else repro.communicate()[0] if repro.poll() is not None else "(no log yet)"
-            pytest.fail(f"the job did not start training: {said[-3000:]}")
+        job_id, log = wait_until_training(project, name, repro, 300)
         time.sleep(2)  # past setup, where the signal handler is installed: into the steps
         training = time.monotonic()
         elapsed = _slurm_seconds(slurm("squeue", "-h", "-j", job_id, "-o", "%M").strip())
@@ -311,3 +299,5 @@ def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(
     assert resumed.keys() == whole.keys()
     assert all(torch.equal(resumed[k], whole[k]) for k in whole), {k: (resumed[k] - whole[k]).abs().max().item() for k in whole}
     assert metrics["val_loss"] == json.loads((tmp_path / "reference/metrics.json").read_text())["val_loss"]
+    curve = train_losses(output)  # both runs' points, each step once, as the uninterrupted run logged them
+    assert curve == train_losses(tmp_path / "reference") and len(curve) == RESUME["max_steps"] // 4, curve[:3]

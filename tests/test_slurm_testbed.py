@@ -82,6 +82,26 @@ def job_field(job_id: str, name: str) -> str:
     return next(w.split("=", 1)[1] for w in shown.split() if w.startswith(name + "="))
 
 
+def wait_until_training(project: Path, item: str, repro: subprocess.Popen, timeout: float) -> tuple[str, Path]:
+    """The job id and log of ``item``'s latest submission, once both ranks of its
+    training are up ("rank 1/2" in the log); the test fails if they are not in time."""
+    ledger = project / f".orchestrator/ledger/{item}.json"
+    job_id, log = None, None
+    deadline = time.time() + timeout
+    while time.time() < deadline and repro.poll() is None:
+        # The ledger holds only the intent while sbatch runs: no record yet.
+        records = json.loads(ledger.read_text())["records"] if job_id is None and ledger.exists() else None
+        if records:
+            job_id = records[-1]["job_id"]
+            log = project / f".orchestrator/logs/{item}-{job_id}.log"
+        if log is not None and log.exists() and "rank 1/2" in log.read_text():
+            return job_id, log
+        time.sleep(0.5)
+    said = log.read_text() if log is not None and log.exists() else repro.communicate()[0] if repro.poll() is not None else "(no log yet)"
+    repro.kill()
+    pytest.fail(f"the job did not start training: {said[-3000:]}")
+
+
 def wait_for_requeue(job_id: str, timeout: float) -> bool:
     """True once the job was requeued (its first run ended, the next one is pending or on)."""
     deadline = time.time() + timeout
@@ -328,19 +348,7 @@ def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "ORCH_POLL_MAX_S": "2"}
     repro = subprocess.Popen(["dvc", "repro", "benchmark"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ledger_file = project / ".orchestrator/ledger/benchmark@pydoc-topics-tiny-device_cfg0.json"
-    deadline = time.time() + 180
-    job_id, log = None, None
-    while time.time() < deadline:
-        if ledger_file.exists() and job_id is None:
-            job_id = json.loads(ledger_file.read_text())["records"][-1]["job_id"]
-            log = project / f".orchestrator/logs/benchmark@pydoc-topics-tiny-device_cfg0-{job_id}.log"
-        if log is not None and log.exists() and "rank 1/2" in log.read_text():
-            break
-        time.sleep(1)
-    else:
-        repro.kill()
-        pytest.fail(f"the job did not start training: {repro.communicate()[0][-2000:]}")
+    job_id, log = wait_until_training(project, "benchmark@pydoc-topics-tiny-device_cfg0", repro, 180)
     time.sleep(3)  # some steps into training
     subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
     assert wait_for_requeue(job_id, 120), log.read_text()[-4000:]
