@@ -15,10 +15,11 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from experiments import data, metrics, models, profiling
+from experiments import data, metrics, models, peak, profiling
 from experiments.args import positive
 from experiments.callbacks import RankReport, StepTimer, layout_metrics
 from experiments.classifier import TextClassifier
+from experiments.datawait import DataWait
 from experiments.power import PowerMonitor
 from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path
 
@@ -39,7 +40,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (the data is in memory)")
     profiling.add_options(parser)
     args = parser.parse_args(argv)
-    if problems := profiling.problems(args):
+    problems = profiling.problems(args)
+    try:
+        peak.env_peak()  # read after training: a bad value must stop the run before it starts
+    except ValueError as e:
+        problems.append(str(e))
+    if problems:
         parser.error("; ".join(problems))
     return args
 
@@ -87,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     dataset = data.load(args.dataset)
     module = TextClassifier(args.model, dataset.vocab_size, dataset.seq_len, dataset.num_classes, args.lr)
     parameters = sum(p.numel() for p in module.parameters())
+    flops_per_sample = models.flops_per_sample(models.config(args.model), dataset.seq_len, dataset.num_classes)
     timer = StepTimer(warmup_steps=args.max_steps // 10)
+    wait = DataWait(warmup_steps=args.max_steps // 10)
     requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))
     power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
     profiler = profiling.ProfileWindow(args.profile_steps, args.output, args.profile_trace)
@@ -106,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         default_root_dir=args.output,  # whatever Lightning writes by itself stays in the output
         logger=PlotsLogger(args.output / "dvclive", resume=resume_path(requeue.path) is not None),  # a resumed run keeps its curves
         log_every_n_steps=max(1, args.max_steps // 100),  # ~100 points per curve
-        callbacks=[report, timer, requeue, power, profiler],
+        # DataWait last: the other callbacks' batch-end work counts as step time, not as waiting.
+        callbacks=[report, timer, requeue, power, profiler, wait],
         plugins=_slurm_without_auto_requeue(),
         enable_checkpointing=False,  # the final model is saved explicitly below
         enable_progress_bar=sys.stdout.isatty(),  # batch logs would fill with progress bars
@@ -126,8 +135,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if requeue.checkpointed:
         print(f"checkpointed at step {trainer.global_step} on the requeue signal; exiting {REQUEUE_EXIT} to be run again", flush=True)
         sys.exit(REQUEUE_EXIT)
-    # Every rank calls it (it synchronises the ranks); only global rank 0 writes.
+    # Every rank calls these (they synchronise the ranks); only global rank 0 writes.
     trainer.save_checkpoint(args.output / "model" / "model.ckpt", weights_only=True)
+    cpus = peak.job_cpus(trainer.world_size)
+    device = trainer.strategy.root_device
+    memory = trainer.strategy.reduce(torch.tensor(float(peak.peak_memory_bytes(device)), device=device), reduce_op="max")
     if not trainer.is_global_zero:
         return
     requeue.path.unlink(missing_ok=True)  # finished: the next run starts afresh
@@ -139,10 +151,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             "train_loss": module.last_train_loss.item(),  # the last step's, on rank 0
             "val_loss": logged["val_loss"].item(),
             "val_accuracy": logged["val_accuracy"].item(),
-            "samples_per_second": samples_per_second,
-            "samples_per_second_per_device": samples_per_second / world_size,
+            **metrics.throughput("sample", samples_per_second, flops_per_sample, world_size, peak.job_peak(accelerator, world_size, cpus)),
             "mean_step_time_s": timer.mean_step_time_s,
             "timed_steps": timer.timed_steps,
+            "peak_memory_bytes": int(memory.item()),  # the largest over the ranks
+            "data_wait_share": wait.share,
             **layout_metrics(trainer, args, accelerator, precision),  # world size, nodes, devices, steps, batches, environment
             "dataset": args.dataset,
             "dataset_fingerprint": dataset.fingerprint,

@@ -203,7 +203,6 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
         if requeue.checkpointed and os.environ.get("ORCH_REQUEUE_MARKER"):
             Path(os.environ["ORCH_REQUEUE_MARKER"]).unlink(missing_ok=True)  # finished after all: no requeue (see requeue.py)
         tokens_per_second = timer.timed_steps * args.batch_size * world_size * args.seq_len / timer.elapsed_s
-        job_peak, peak_source = peak.job_peak(accelerator, world_size, cpus)
         logged = trainer.callback_metrics
         val_loss = logged["val_loss"].item()
         metrics.write(
@@ -212,15 +211,9 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
                 "train_loss": module.last_train_loss.item(),  # the last step's, on rank 0
                 "val_loss": val_loss,
                 "val_perplexity": math.exp(val_loss),
-                "tokens_per_second": tokens_per_second,
-                "tokens_per_second_per_device": tokens_per_second / world_size,
+                **metrics.throughput("token", tokens_per_second, flops_per_token, world_size, peak.job_peak(accelerator, world_size, cpus)),
                 "mean_step_time_s": timer.mean_step_time_s,
                 "timed_steps": timer.timed_steps,
-                "flops_per_token": flops_per_token,
-                "model_tflops_per_device": tokens_per_second * flops_per_token / world_size / 1e12,
-                "mfu": tokens_per_second * flops_per_token / job_peak if job_peak else None,
-                "mfu_peak_source": peak_source,
-                "peak_tflops_per_device": job_peak / world_size / 1e12 if job_peak else None,
                 "peak_memory_bytes": int(memory.item()),  # the largest over the ranks
                 "data_wait_share": wait.share,
                 **layout_metrics(trainer, args, accelerator, precision),  # world size, nodes, devices, steps, batches, environment

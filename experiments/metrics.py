@@ -24,3 +24,24 @@ def write(path: Path, metrics: Mapping[str, Any]) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def throughput(unit: str, per_second: float, flops_per_unit: float, world_size: int, peak: tuple[float | None, str]) -> dict[str, Any]:
+    """A run's speed and model FLOPs utilisation, keyed by ``unit`` (``token``: tokens_per_second, flops_per_token, ...).
+
+    ``per_second``: units of the whole job per second; ``peak``: the job's peak
+    FLOP/s and where it comes from (experiments.peak.job_peak). MFU is None when
+    there is no peak to divide by, never a guess.
+    """
+    job_peak, source = peak
+    achieved = per_second * flops_per_unit
+    return {
+        f"{unit}s_per_second": per_second,
+        f"{unit}s_per_second_per_device": per_second / world_size,
+        f"flops_per_{unit}": flops_per_unit,
+        "model_tflops_per_device": achieved / world_size / 1e12,
+        "mfu": achieved / job_peak if job_peak else None,
+        "mfu_peak_source": source,
+        "peak_tflops_per_device": job_peak / world_size / 1e12 if job_peak else None,
+    }
+

@@ -64,3 +64,20 @@ class TransformerClassifier(nn.Module):
 
 def build(name: str, vocab_size: int, seq_len: int, num_classes: int) -> TransformerClassifier:
     return TransformerClassifier(config(name), vocab_size, seq_len, num_classes)
+
+
+def matmul_parameters(config: ModelConfig) -> int:
+    """The weights that multiply activations in every token's path: per layer the attention's
+    q, k, v and output projections (4 d^2) and the feed-forward pair (2 d d_ff)."""
+    return config.n_layers * (4 * config.d_model**2 + 2 * config.d_model * config.d_ff)
+
+
+def flops_per_sample(config: ModelConfig, seq_len: int, num_classes: int) -> int:
+    """Training FLOPs of one sequence, the count MFU figures are quoted with (as gpt.flops_per_token):
+    6 per matmul weight per token (forward 2, backward 4), 12 L d T per token for attention's
+    scores and weighted sum (the encoder attends both ways: the whole T x T square is computed),
+    and the head's 6 d C once per sequence, after pooling. Embeddings are look-ups: none.
+    """
+    per_token = 6 * matmul_parameters(config) + 12 * config.n_layers * config.d_model * seq_len
+    return seq_len * per_token + 6 * config.d_model * num_classes
+

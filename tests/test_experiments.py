@@ -24,6 +24,12 @@ REQUIRED_METRICS = {
     "samples_per_second",
     "samples_per_second_per_device",
     "mean_step_time_s",
+    "flops_per_sample",
+    "model_tflops_per_device",
+    "mfu",
+    "mfu_peak_source",
+    "peak_memory_bytes",
+    "data_wait_share",
     "world_size",
     "num_nodes",
     "devices",
@@ -57,6 +63,33 @@ def test_unknown_model_lists_the_valid_ones():
 
     with pytest.raises(ValueError, match=r"unknown model 'huge'; valid models: tiny, small, base"):
         models.build("huge", vocab_size=256, seq_len=128, num_classes=8)
+
+
+def test_flops_per_sample_counts_the_real_networks_matmul_weights():
+    """The FLOP count's weights are the real encoder's: q, k, v, output and feed-forward matrices."""
+    require_training()
+    from experiments import models
+
+    for name in models.names():
+        config = models.config(name)
+        net = models.build(name, vocab_size=256, seq_len=16, num_classes=5)
+        layers = net.encoder.layers
+        weights = sum(layer.self_attn.in_proj_weight.numel() + layer.self_attn.out_proj.weight.numel()
+                      + layer.linear1.weight.numel() + layer.linear2.weight.numel() for layer in layers)  # fmt: skip
+        assert models.matmul_parameters(config) == weights
+        d, n, t = config.d_model, config.n_layers, 16
+        assert models.flops_per_sample(config, t, 5) == t * (6 * weights + 12 * n * d * t) + 6 * d * 5
+
+
+def test_a_bad_peak_stops_the_classifier_before_it_starts(monkeypatch, capsys):
+    require_training()
+    from experiments import classify
+
+    monkeypatch.setenv("ORCH_PEAK_TFLOPS", "fast")
+    with pytest.raises(SystemExit) as stop:
+        classify.parse_args(["--output", "never"])
+    assert stop.value.code == 2
+    assert "ORCH_PEAK_TFLOPS='fast': must be a positive number of TFLOP/s per device" in capsys.readouterr().err
 
 
 def test_pydoc_topics_is_deterministic_balanced_and_split():
@@ -139,7 +172,10 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         cwd.mkdir()
         # A nested output that does not exist yet; cwd outside any DVC or Git project.
         output = cwd / "results" / "out"
-        logs = (cwd / "stdout.log").open("w"), (cwd / "stderr.log").open("w")
+        # Append mode: the DDP ranks share these files, and O_APPEND puts every write at the end.
+        # Without it, two ranks' lines written at once can land on the same offset where the
+        # kernel does not serialise the shared position (the likely way one CI run lost rank 1's line).
+        logs = (cwd / "stdout.log").open("a"), (cwd / "stderr.log").open("a")
         process = subprocess.Popen(_command(output, devices, model), cwd=cwd, env=_environment(), stdout=logs[0], stderr=logs[1])
         started[name] = (process, output, logs)
     done = {}
@@ -161,6 +197,10 @@ def test_single_device_run(runs):
     assert all(math.isfinite(metrics[k]) and metrics[k] > 0 for k in ("train_loss", "val_loss", "samples_per_second", "mean_step_time_s"))
     assert 0 <= metrics["val_accuracy"] <= 1
     assert metrics["samples_per_second_per_device"] == metrics["samples_per_second"]
+    # MFU on CPU: against the labelled estimate of the CPUs' peak, from the model FLOPs.
+    assert metrics["mfu_peak_source"].startswith("estimate: ") and 0 < metrics["mfu"] < 1
+    assert metrics["model_tflops_per_device"] == pytest.approx(metrics["samples_per_second"] * metrics["flops_per_sample"] / 1e12)
+    assert 0 <= metrics["data_wait_share"] < 0.5 and metrics["peak_memory_bytes"] > 0
     assert metrics["parameters"] > 0
     assert "cluster_environment=LightningEnvironment world_size=1 global_rank=0 " in run.stdout
     assert any(line.startswith("rank 0/1 env=LightningEnvironment node_rank=0 local_rank=0 cpus=") for line in run.stdout.splitlines())
