@@ -89,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         # TF32 for what stays in float32 under mixed precision (Lightning suggests it too).
         torch.set_float32_matmul_precision("high")
 
+    requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))  # first: a signal while the data loads counts
     pl.seed_everything(args.seed, workers=True)
     dataset = data.load(args.dataset)
     module = TextClassifier(args.model, dataset.vocab_size, dataset.seq_len, dataset.num_classes, args.lr)
@@ -96,7 +97,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     flops_per_sample = models.flops_per_sample(models.config(args.model), dataset.seq_len, dataset.num_classes)
     timer = StepTimer(warmup_steps=args.max_steps // 10)
     wait = DataWait(warmup_steps=args.max_steps // 10)
-    requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))
     power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
     profiler = profiling.ProfileWindow(args.profile_steps, args.output, args.profile_trace)
     report = RankReport(

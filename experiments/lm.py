@@ -165,6 +165,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
         # TF32 for what stays in float32 under mixed precision (Lightning suggests it too).
         torch.set_float32_matmul_precision("high")
 
+    requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))  # first: a signal while the data loads counts
     pl.seed_everything(args.seed, workers=True)
     try:
         # Every process reads and tokenises the data itself: identical, and before any process group.
@@ -176,7 +177,6 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     flops_per_token = gpt.flops_per_token(gpt.config(args.model), data.vocab_size, args.seq_len)
     timer = StepTimer(warmup_steps=args.max_steps // 10)
     wait = DataWait(warmup_steps=args.max_steps // 10)
-    requeue = CheckpointOnSignal(checkpoint_path(args.output / "model"))
     power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
     report = RankReport(
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={accelerator} precision={precision} strategy={args.strategy} "

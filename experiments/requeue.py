@@ -28,9 +28,14 @@ class CheckpointOnSignal(pl.Callback):
         self.signum = getattr(signal, "SIG" + (signame or os.environ.get("ORCH_REQUEUE_SIGNAL", "USR1")))
         self.signalled = False
         self.checkpointed = False
+        # Taken over at once, not only at setup: the job script ignores the signal until
+        # Python handles it, so one that came while the run loaded its data or trained
+        # its tokenizer (minutes, on big data) was lost and the job ran into its limit.
+        # Noted now, it stops the run after its first step, checkpointed.
+        signal.signal(self.signum, self._note)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        signal.signal(self.signum, self._note)
+        signal.signal(self.signum, self._note)  # again: the trainer's own signal set-up comes before
 
     def _note(self, signum, frame) -> None:
         self.signalled = True  # act at the next step boundary, not inside the handler

@@ -446,6 +446,27 @@ def test_a_signal_in_the_last_step_finishes_the_run(in_process, monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_signal_while_the_data_loads_stops_the_run_after_its_first_step(in_process, monkeypatch):
+    """Before the trainer exists the signal is noted too (it used to be lost until set-up, and the job ran into its limit)."""
+    import torch
+
+    from experiments import lm, lm_data
+
+    load = lm_data.load
+
+    def load_after_the_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGUSR1)  # as Slurm's --signal, while the data loads
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(lm_data, "load", load_after_the_signal)
+    with pytest.raises(SystemExit) as exit:
+        lm.main([*SHORT, "--data", "corpus.txt", "--max-steps", "8", "--batch-size", "4", "--output", "cut"])
+    assert exit.value.code == 75
+    checkpoint = torch.load(in_process / "cut" / "model" / "requeue.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 1
+
+
+@pytest.mark.slow
 def test_resuming_from_the_first_batch_would_be_caught(in_process, monkeypatch):
     """The control for the test above: restart the order at step 0 on resume, and the weights differ."""
     import torch
