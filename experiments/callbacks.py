@@ -10,6 +10,8 @@ import time
 import pytorch_lightning as pl
 import torch
 
+from experiments import peak
+
 
 def cluster_environment(trainer: pl.Trainer) -> str:
     """The class name of the cluster environment Lightning detected (SLURMEnvironment under Slurm).
@@ -33,6 +35,14 @@ def layout_metrics(trainer: pl.Trainer, args, accelerator: str, precision: str) 
         "accelerator": accelerator,
         "precision": precision,
     }
+
+
+def job_resources(trainer: pl.Trainer) -> tuple[int, int]:
+    """The job's CPUs (:func:`experiments.peak.job_cpus`) and its peak memory, the
+    largest over the ranks, in bytes. Collectives: every rank must call it."""
+    device = trainer.strategy.root_device
+    memory = trainer.strategy.reduce(torch.tensor(float(peak.peak_memory_bytes(device)), device=device), reduce_op="max")
+    return peak.job_cpus(trainer.world_size), int(memory.item())
 
 
 def log_step(module: pl.LightningModule, **values: torch.Tensor) -> None:

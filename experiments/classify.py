@@ -17,11 +17,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from experiments import data, metrics, models, peak, profiling
 from experiments.args import positive
-from experiments.callbacks import RankReport, StepTimer, layout_metrics
+from experiments.callbacks import RankReport, StepTimer, job_resources, layout_metrics
 from experiments.classifier import TextClassifier
 from experiments.datawait import DataWait
 from experiments.power import PowerMonitor
-from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path
+from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path, slurm_plugins
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -71,13 +71,6 @@ class _Repeated(Dataset):
         return self.dataset[index % len(self.dataset)]
 
 
-def _slurm_without_auto_requeue() -> list:
-    """Under Slurm, Lightning's SLURMEnvironment without its own requeue (see experiments.requeue)."""
-    from lightning_fabric.plugins.environments import SLURMEnvironment
-
-    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     from experiments.plots import PlotsLogger  # here: it brings DVC in
@@ -103,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={accelerator} precision={precision} "
         f"dataset={args.dataset} model={args.model} parameters={parameters} batch_size={args.batch_size} max_steps={args.max_steps}"
     )
+    resume = resume_path(requeue.path)
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=args.devices,
@@ -112,11 +106,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_steps=args.max_steps,
         deterministic=accelerator == "cpu",  # on GPUs, deterministic kernels would cost the speed being measured
         default_root_dir=args.output,  # whatever Lightning writes by itself stays in the output
-        logger=PlotsLogger(args.output / "dvclive", resume=resume_path(requeue.path) is not None),  # a resumed run keeps its curves
+        logger=PlotsLogger(args.output / "dvclive", resume=resume is not None),  # a resumed run keeps its curves
         log_every_n_steps=max(1, args.max_steps // 100),  # ~100 points per curve
         # DataWait last: the other callbacks' batch-end work counts as step time, not as waiting.
         callbacks=[report, timer, requeue, power, profiler, wait],
-        plugins=_slurm_without_auto_requeue(),
+        plugins=slurm_plugins(),
         enable_checkpointing=False,  # the final model is saved explicitly below
         enable_progress_bar=sys.stdout.isatty(),  # batch logs would fill with progress bars
         enable_model_summary=False,  # the parameter count is in the start line
@@ -130,16 +124,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         module,
         train_dataloaders=DataLoader(train, args.batch_size, shuffle=True, drop_last=True, num_workers=args.num_workers),
         val_dataloaders=DataLoader(dataset.val, args.batch_size, num_workers=args.num_workers),
-        ckpt_path=resume_path(requeue.path),
+        ckpt_path=resume,
     )
     if requeue.checkpointed:
         print(f"checkpointed at step {trainer.global_step} on the requeue signal; exiting {REQUEUE_EXIT} to be run again", flush=True)
         sys.exit(REQUEUE_EXIT)
     # Every rank calls these (they synchronise the ranks); only global rank 0 writes.
     trainer.save_checkpoint(args.output / "model" / "model.ckpt", weights_only=True)
-    cpus = peak.job_cpus(trainer.world_size)
-    device = trainer.strategy.root_device
-    memory = trainer.strategy.reduce(torch.tensor(float(peak.peak_memory_bytes(device)), device=device), reduce_op="max")
+    cpus, memory = job_resources(trainer)
     if not trainer.is_global_zero:
         return
     requeue.path.unlink(missing_ok=True)  # finished: the next run starts afresh
@@ -154,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             **metrics.throughput("sample", samples_per_second, flops_per_sample, world_size, peak.job_peak(accelerator, world_size, cpus)),
             "mean_step_time_s": timer.mean_step_time_s,
             "timed_steps": timer.timed_steps,
-            "peak_memory_bytes": int(memory.item()),  # the largest over the ranks
+            "peak_memory_bytes": memory,  # the largest over the ranks
             "data_wait_share": wait.share,
             **layout_metrics(trainer, args, accelerator, precision),  # world size, nodes, devices, steps, batches, environment
             "dataset": args.dataset,

@@ -22,12 +22,12 @@ import torch
 
 from experiments import goldfish, gpt, lm_data, metrics, peak, profiling, tokenizer
 from experiments.args import positive
-from experiments.callbacks import RankReport, StepTimer, layout_metrics
+from experiments.callbacks import RankReport, StepTimer, job_resources, layout_metrics
 from experiments.causal_lm import CausalLM
 from experiments.datamodule import LMDataModule
 from experiments.datawait import DataWait
 from experiments.power import PowerMonitor
-from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path
+from experiments.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path, slurm_plugins
 
 STRATEGIES = ("auto", "ddp", "fsdp")
 
@@ -105,13 +105,6 @@ def _strategy(name: str, world_size: int):
     return name
 
 
-def _slurm_without_auto_requeue() -> list:
-    """Under Slurm, Lightning's SLURMEnvironment without its own requeue (see experiments.requeue)."""
-    from lightning_fabric.plugins.environments import SLURMEnvironment
-
-    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
-
-
 def build_trainer(args: argparse.Namespace, callbacks: Sequence[pl.Callback], logger) -> pl.Trainer:
     """The trainer of a run (``args`` from :func:`parse_args`): also the benchmark's, so that it measures what runs."""
     return pl.Trainer(
@@ -126,7 +119,7 @@ def build_trainer(args: argparse.Namespace, callbacks: Sequence[pl.Callback], lo
         logger=logger,
         log_every_n_steps=max(1, args.max_steps // 100),  # ~100 points per curve
         callbacks=list(callbacks),
-        plugins=_slurm_without_auto_requeue(),
+        plugins=slurm_plugins(),
         use_distributed_sampler=False,  # the training order shards itself (experiments.sampler)
         enable_checkpointing=False,  # the final model is saved explicitly
         enable_progress_bar=sys.stdout.isatty(),  # batch logs would fill with progress bars
@@ -195,9 +188,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
         sys.exit(REQUEUE_EXIT)
     # Every rank calls these (they synchronise the ranks); only global rank 0 writes.
     trainer.save_checkpoint(args.output / "model" / "model.ckpt", weights_only=True)
-    cpus = peak.job_cpus(trainer.world_size)
-    device = trainer.strategy.root_device
-    memory = trainer.strategy.reduce(torch.tensor(float(peak.peak_memory_bytes(device)), device=device), reduce_op="max")
+    cpus, memory = job_resources(trainer)
     if trainer.is_global_zero:
         requeue.path.unlink(missing_ok=True)  # finished: the next run starts afresh
         if requeue.checkpointed and os.environ.get("ORCH_REQUEUE_MARKER"):
@@ -214,7 +205,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
                 **metrics.throughput("token", tokens_per_second, flops_per_token, world_size, peak.job_peak(accelerator, world_size, cpus)),
                 "mean_step_time_s": timer.mean_step_time_s,
                 "timed_steps": timer.timed_steps,
-                "peak_memory_bytes": int(memory.item()),  # the largest over the ranks
+                "peak_memory_bytes": memory,  # the largest over the ranks
                 "data_wait_share": wait.share,
                 **layout_metrics(trainer, args, accelerator, precision),  # world size, nodes, devices, steps, batches, environment
                 "seq_len": args.seq_len,

@@ -70,3 +70,10 @@ def checkpoint_path(model_dir: Path) -> Path:
 def resume_path(path: Path) -> Path | None:
     """The checkpoint to resume from, if an earlier run of this job left one."""
     return path if path.is_file() else None
+
+
+def slurm_plugins() -> list:
+    """Under Slurm, Lightning's SLURMEnvironment without its own requeue (see above); elsewhere none."""
+    from lightning_fabric.plugins.environments import SLURMEnvironment
+
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []

@@ -30,7 +30,7 @@ class Row:
     submissions: int
     mfu: float | None = None  # of a finished run that reports model FLOPs
     avoiding: tuple[str, ...] = ()  # nodes the newest job was told to avoid after node faults
-    node_faults: int = 0  # node-fault retries leading up to the newest job
+    node_faults: int = 0  # jobs of the newest job's fingerprint that hit a node fault (each was run again)
 
 
 def latest(root: Path, targets: Sequence[str] = ()) -> dict[str, ledger.Record]:
