@@ -65,7 +65,7 @@ def main() -> int:
     if not runtime:
         print("no apptainer or singularity on PATH (as root: bash containers/install-apptainer.sh)", file=sys.stderr)
         return 2
-    from orchestrator import container as ct
+    from orchestrator.containers import build as ct
 
     key = ct.current_hash(ROOT, "ci").removeprefix("sha256:")[:16]  # the test suite's cache key
     image = CACHE / f"ci-{key}.sif"

@@ -66,7 +66,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="orch-detached-") as td:
         tmp = Path(td)
         srun_profile = tmp / "testbed-srun.yaml"
-        srun_profile.write_text((ROOT / "orchestrator/profiles/testbed.yaml").read_text().replace("launcher: sbatch", "launcher: srun"))
+        srun_profile.write_text((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text().replace("launcher: sbatch", "launcher: srun"))
 
         blocking = project(tmp / "blocking", str(srun_profile))
         t0 = time.monotonic()

@@ -23,7 +23,17 @@ call, top 15 by cumulative and top 10 by own time). Writes benchmarks/out/render
 
 from __future__ import annotations
 
-import argparse, cProfile, io, json, pstats, shutil, statistics, subprocess, sys, tempfile, time
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -111,8 +121,8 @@ def timed(runs: dict[str, list[str]], cwd: Path, repeat: int) -> dict[str, list[
 
 
 def profile_render(root: Path, top: int = 15) -> str:
-    from orchestrator import matrix
-    from orchestrator.runner import SubprocessRunner
+    from orchestrator.scripts import matrix
+    from orchestrator.util.runner import SubprocessRunner
 
     matrix.render_matrix(root, None, SubprocessRunner())  # warm-up: imports stay out of the profile
     prof = cProfile.Profile()

@@ -20,7 +20,15 @@ Usage: python benchmarks/startup.py [-n 10]; writes benchmarks/out/startup.json.
 
 from __future__ import annotations
 
-import argparse, json, os, shutil, statistics, subprocess, sys, tempfile, time
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent

@@ -72,11 +72,11 @@ def slurm_testbed():
     Skips without root or apt-get (the testbed installs Debian packages and starts
     system daemons), except under CI=true, where that is a failure.
     """
-    from orchestrator import testbed
+    from orchestrator.testbed import cluster
 
     require_root_and_apt("the Slurm testbed")
-    settings = testbed.Settings.for_this_machine()
-    testbed.Testbed(settings, timeout=180).up()
+    settings = cluster.Settings.for_this_machine()
+    cluster.Testbed(settings, timeout=180).up()
     return settings
 
 
@@ -232,7 +232,7 @@ def ci_image(apptainer) -> Path:
     """The project's CI image, in the persistent cache under its content hash
     (ci-<hash>.sif): built once per machine and content, found up to date afterwards.
     The three most recent are kept, so switching branches back and forth does not rebuild."""
-    from orchestrator import container as ct
+    from orchestrator.containers import build as ct
 
     key = ct.current_hash(ROOT, "ci").removeprefix("sha256:")[:16]
     out = IMAGE_CACHE / f"ci-{key}.sif"

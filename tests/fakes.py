@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.runner import Completed
+from orchestrator.util.runner import Completed
 
 Answer = Completed | Callable[[Sequence[str]], Completed]
 

@@ -8,6 +8,7 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
 missing=()
 command -v shellcheck >/dev/null || missing+=(shellcheck)
+command -v rsync >/dev/null || missing+=(rsync)  # staged scripts run in the fuzz tests
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]}"

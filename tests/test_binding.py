@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestrator import binding, profile
+from orchestrator.config import binding, profile
 
 LUMI_OFFICIAL = "0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,0xfe00000000,0xfe0000000000"
 # Seed 000's list, copied between slides: its first two masks are the same CCD.

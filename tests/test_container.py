@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from conftest import ROOT, cli
 from fakes import FakeRunner, ok
 
-from orchestrator import container as ct
-from orchestrator.runner import Completed
+from orchestrator.containers import build as ct
+from orchestrator.util.runner import Completed
 
 PYPROJECT = """\
 [project]
@@ -110,7 +110,7 @@ def test_ci_definition_renders_with_quoted_values_and_blank_build_values():
     assert "org.orchestrator.content-hash -" in text and "org.orchestrator.git-commit -" in text
     assert "%test" in text and "import torch, pytorch_lightning, orchestrator, experiments" in text
     dests = [i.dest for i in prepared.inputs]
-    assert "src/pyproject.toml" in dests and "src/orchestrator/container.py" in dests and "src/experiments/classify.py" in dests
+    assert "src/pyproject.toml" in dests and "src/orchestrator/containers/build.py" in dests and "src/experiments/classify.py" in dests
     assert not [d for d in dests if "__pycache__" in d or d.endswith(".pyc")]
     if prepared.variables["torch_wheel"]:  # this machine has the wheel: copied in, no CUDA download
         assert '"/build-context/wheels/torch-2.13.0' in text and "--find-links /opt/orchestrator/wheels" in text
@@ -465,7 +465,7 @@ def test_build_push_to_the_profiles_image_path_then_nothing_to_send(apptainer, s
 
     project = make_tiny(tmp_path / "proj")
     remote = tmp_path / "cluster project's dir"
-    profile = yaml.safe_load((ROOT / "orchestrator/profiles/testbed.yaml").read_text())
+    profile = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
     profile["container"] = {"runtime": "apptainer", "image": f"{remote}/${{SLURM_JOB_ACCOUNT}}/tiny.sif", "push_host": sshd.host}
     (project / "cluster.yaml").write_text(yaml.safe_dump(profile))
     (project / "params.yaml").write_text("orchestrator: {cluster: cluster.yaml, account: project_465000858}\n")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, make_project
 from test_slurm_testbed import ACCOUNT, dvc, release_requeued, require_torch, wait_for_requeue, wait_until_training
 
@@ -34,7 +33,7 @@ with open(os.path.join(out, "rank" + os.environ["SLURM_PROCID"] + ".json"), "w")
 
 
 def container_profile(tmp: Path, image: Path) -> Path:
-    data = yaml.safe_load((ROOT / "orchestrator/profiles/testbed.yaml").read_text())
+    data = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
     data["name"] = "testbed-apptainer"
     data["container"] = {"runtime": "apptainer", "image": str(image)}
     data["storage"] = {"workdir_root": str(tmp / "fast") + "/root"}

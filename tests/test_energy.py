@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import pytest
 from fakes import FakeRunner, ok
 
-from orchestrator import energy, profile, slurm
+from orchestrator.analysis import energy
+from orchestrator.config import profile
 from orchestrator.errors import ProfileError
+from orchestrator.slurm import config as slurm_config
 
 # `sacct -X -D -n -P --format=JobIDRaw,State,ElapsedRaw,ConsumedEnergyRaw` on the testbed
 # (AcctGatherEnergyType=acct_gather_energy/none): 0 or nothing, never a measurement.
@@ -265,7 +267,7 @@ def test_no_sensor_on_cpu():
 
 @pytest.mark.slurm
 def test_accounting_path_on_the_testbed(slurm_testbed, tmp_path):
-    from orchestrator.runner import SubprocessRunner
+    from orchestrator.util.runner import SubprocessRunner
 
     argv = ["sbatch", "--parsable", "-A", "project_465000858", "-p", "debug", "-N", "1", "-n", "1", "-t", "1", f"--chdir={tmp_path}", "--output=/dev/null", "--wrap", "sleep 1"]
     job = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
@@ -280,7 +282,7 @@ def test_accounting_path_on_the_testbed(slurm_testbed, tmp_path):
         time.sleep(1)
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
     assert acct.problem is None and acct.cluster_name == "testbed"
-    assert acct.plugin == slurm.parse_config_value(config, "AcctGatherEnergyType")
+    assert acct.plugin == slurm_config.parse_config_value(config, "AcctGatherEnergyType")
     joules, note = energy.from_accounting(acct, job)
     chosen = energy.choose((joules, note), (None, "no samples"), (None, "no power_w"), acct.plugin)
     if acct.records_energy and all((r.energy_j or 0) > 0 for r in runs):

@@ -11,7 +11,7 @@ import pytest
 import submitit
 
 from orchestrator.errors import PlanError
-from orchestrator.executor import executor
+from orchestrator.jobs.executor import executor
 
 ACCOUNT = "project_465000858"
 # LUMI's documented masks for 8 tasks per node, GCD 0..7 (LUMI user guide, GPU binding).
@@ -80,7 +80,7 @@ def test_bad_request_raises_plan_error_listing_every_problem(tmp_path, no_slurm_
 
 
 def test_importing_the_module_leaves_submitit_unloaded():
-    code = "import sys, orchestrator.executor; assert 'submitit' not in sys.modules"
+    code = "import sys, orchestrator.jobs.executor; assert 'submitit' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

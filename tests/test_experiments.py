@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import skip_or_fail
-
-from conftest import ROOT
+from conftest import ROOT, skip_or_fail
 
 MAX_STEPS = 12
 REQUIRED_METRICS = {

@@ -15,9 +15,9 @@ from fakes import ok
 from test_jobrun import FakeClock, fake_slurm, run
 from test_jobrun import project as project  # the fixture: a testbed params.yaml in tmp_path
 
-from orchestrator import faults, jobrun, ledger
-from orchestrator.runner import Completed
-from orchestrator.slurm import JobInfo, State
+from orchestrator.jobs import faults, foreground, ledger
+from orchestrator.slurm.states import JobInfo, State
+from orchestrator.util.runner import Completed
 
 SEED_002 = "jwb0694:13939:14102 [0] transport/net_ib.cc:94 NCCL WARN NET/IB : Got async event : port error"
 
@@ -75,7 +75,7 @@ def test_only_failed_jobs_have_faults(state):
 
 
 def test_sinfo_states():
-    from orchestrator.slurm import parse_unhealthy
+    from orchestrator.slurm.commands import parse_unhealthy
 
     text = "node1|idle\nnode2|down*\nnode3|drained\nnode4|allocated*\nnode5|mixed\nnode6|draining\n"
     assert parse_unhealthy(text) == ["node2", "node3", "node4", "node6"]
@@ -135,7 +135,7 @@ def test_retries_are_bounded(project):
     sbatch, sacct = jobs_that_fail(10)
     write_logs(project, range(101, 111), SEED_002.replace("jwb0694", "node1") + "\n")
     runner = fake_slurm(sbatch=sbatch, sacct=sacct)
-    with pytest.raises(jobrun.JobFailed) as err:
+    with pytest.raises(foreground.JobFailed) as err:
         run(project, runner)
     assert len(runner.called("sbatch")) == 3  # the first try and node_fault_retries: 2
     assert "after 2 retries" in err.value.render() and "port error" in err.value.render()
@@ -145,7 +145,7 @@ def test_an_ordinary_exception_is_not_retried(project):
     sbatch, sacct = jobs_that_fail(1)
     write_logs(project, (101,), "Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
     runner = fake_slurm(sbatch=sbatch, sacct=sacct)
-    with pytest.raises(jobrun.JobFailed, match="job 101 failed"):
+    with pytest.raises(foreground.JobFailed, match="job 101 failed"):
         run(project, runner)
     assert len(runner.called("sbatch")) == 1
     assert ledger.Ledger(project).records("bench@x")[0].fault is None
@@ -193,7 +193,7 @@ def test_an_unanswerable_orphan_question_submits_nothing(project):
     leave_intent(project)
     down = ok("", "slurm_load_jobs error: Unable to contact slurm controller", rc=1)
     runner = fake_slurm(squeue=down, sacct=down)
-    with pytest.raises(jobrun.backends.SchedulerError, match="interrupted submission"):
+    with pytest.raises(foreground.backends.SchedulerError, match="interrupted submission"):
         run(project, runner)
     assert runner.called("sbatch") == []
 

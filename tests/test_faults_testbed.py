@@ -24,7 +24,7 @@ import yaml
 from conftest import make_project
 from test_slurm_testbed import ACCOUNT, dvc, jobs_of
 
-from orchestrator import ledger
+from orchestrator.jobs import ledger
 
 pytestmark = pytest.mark.slurm
 
@@ -167,11 +167,11 @@ def test_controller_and_database_down_while_waiting_keeps_waiting(slurm_testbed,
     """slurmctld and slurmdbd are stopped while the job runs (so neither squeue nor
     sacct answers), then started again: `orchestrator run` says it cannot ask, keeps
     polling with backoff, and records the job when it ends: no resubmission."""
-    from orchestrator import testbed
+    from orchestrator.testbed import cluster
 
     names = ["a"]
     project = work_project(tmp_path / "p", names, seconds=25)
-    bed = testbed.Testbed(slurm_testbed, timeout=180)
+    bed = cluster.Testbed(slurm_testbed, timeout=180)
     since = time.time()
     log = tmp_path / "repro.err"
     with log.open("w") as err:

@@ -20,16 +20,17 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import ROOT, make_project
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-
-from conftest import ROOT, make_project
 from test_hostile import calls, install_recorders
-from orchestrator import profile, render
+
+from orchestrator.config import profile
+from orchestrator.config.params import Settings
 from orchestrator.errors import OrchestratorError
-from orchestrator.params import Settings
-from orchestrator.plan import make_plan
-from orchestrator.spec import JobSpec
+from orchestrator.pipeline.runargs import JobSpec
+from orchestrator.scripts import render
+from orchestrator.scripts.plan import make_plan
 
 SANDBOX = Path(tempfile.mkdtemp(prefix="orch-fuzz-"))
 CANARY = SANDBOX / "CANARY"
@@ -103,7 +104,7 @@ def teardown_module() -> None:
 
 def sandboxed(name: str) -> dict:
     """A built-in profile whose folders (fast storage, per-node dirs) lie in the sandbox."""
-    data = yaml.safe_load((ROOT / f"orchestrator/profiles/{name}.yaml").read_text())
+    data = yaml.safe_load((ROOT / f"orchestrator/config/profiles/{name}.yaml").read_text())
     data.setdefault("storage", {})["workdir_root"] = f"{SANDBOX}/fast"
     env = data.setdefault("environment", {})
     for key in env.get("node_local_dirs", []):

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import params, profile, render
-from orchestrator.plan import make_plan
-from orchestrator.spec import JobSpec
+from orchestrator.config import params, profile
+from orchestrator.pipeline.runargs import JobSpec
+from orchestrator.scripts import render
+from orchestrator.scripts.plan import make_plan
 
 GOLDEN = Path(__file__).parent / "golden"
 ACCOUNTS = {"lumi": "project_465000858", "testbed": "project_465000858", "frontier": "abc123", "juwels-booster": "exalab", "generic-nvidia": "myproject"}
@@ -63,10 +64,10 @@ def test_no_stale_goldens():
 def test_goldens_pass_bash_and_shellcheck():
     from conftest import require
 
-    from orchestrator import check
-    from orchestrator.runner import SubprocessRunner
+    from orchestrator.scripts import lint
+    from orchestrator.util.runner import SubprocessRunner
 
     require("shellcheck")
     scripts = {p.name: p.read_text() for p in GOLDEN.glob("*.sh")}
-    assert check.bash_problems(scripts, SubprocessRunner()) == []
-    assert check.shellcheck_problems(scripts, SubprocessRunner()) == []
+    assert lint.bash_problems(scripts, SubprocessRunner()) == []
+    assert lint.shellcheck_problems(scripts, SubprocessRunner()) == []

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from conftest import ROOT, make_project, require
 
 CANARY = "CANARY"
@@ -70,7 +69,7 @@ def calls(record_dir: Path, name: str) -> list[list[str]]:
 
 def container_profile(tmp: Path) -> Path:
     """lumi, with its per-node folders moved under ``tmp`` so running scripts stays inside it."""
-    data = yaml.safe_load((ROOT / "orchestrator/profiles/lumi.yaml").read_text())
+    data = yaml.safe_load((ROOT / "orchestrator/config/profiles/lumi.yaml").read_text())
     data["name"] = "lumi-local"
     data["storage"]["workdir_root"] = "${ORCH_TEST_ROOT}/flash"
     for key in data["environment"]["node_local_dirs"]:

@@ -7,14 +7,14 @@ real-cluster behaviour is proven on the testbed in tests/test_slurm_testbed.py.
 from __future__ import annotations
 
 import pytest
-
 from fakes import FakeRunner, ok
-from orchestrator import jobrun, ledger
-from orchestrator.backends import SchedulerError
+
 from orchestrator.errors import PlanError
-from orchestrator.runner import Completed
-from orchestrator.slurm import State
-from orchestrator.spec import JobSpec
+from orchestrator.jobs import foreground, ledger
+from orchestrator.jobs.backends import SchedulerError
+from orchestrator.pipeline.runargs import JobSpec
+from orchestrator.slurm.states import State
+from orchestrator.util.runner import Completed
 
 SPEC = JobSpec(command=("python", "train.py", "--devices", "2"), nodes=2, gpus_per_node=2)
 PING = ok("Slurmctld(primary) at host is UP\n")
@@ -67,8 +67,8 @@ def fake_slurm(**overrides):
 
 def run(project, runner, clock=None, item="bench@x"):
     lines = []
-    ctx = jobrun.Context(project, item)
-    outcome = jobrun.run_item(ctx, SPEC, None, None, runner, clock or FakeClock(), jobrun.Polling(first_s=1, max_s=8, heartbeat_s=100), lines.append)
+    ctx = foreground.Context(project, item)
+    outcome = foreground.run_item(ctx, SPEC, None, None, runner, clock or FakeClock(), foreground.Polling(first_s=1, max_s=8, heartbeat_s=100), lines.append)
     return outcome, lines
 
 
@@ -115,7 +115,7 @@ def test_a_changed_script_is_a_new_job(project):
 
 
 def test_failed_or_cancelled_jobs_are_not_attached_to(project):
-    with pytest.raises(jobrun.JobFailed):
+    with pytest.raises(foreground.JobFailed):
         run(project, fake_slurm(sacct=sacct_sequence("FAILED")))
     outcome, _ = run(project, fake_slurm(sbatch=ok("102\n")))
     assert outcome.record.job_id == "102"
@@ -125,7 +125,7 @@ def test_failure_names_job_exit_code_log_and_tail(project):
     log = project / ".orchestrator/logs/bench@x-101.log"
     log.parent.mkdir(parents=True)
     log.write_text("".join(f"line {i}\n" for i in range(30)) + "ValueError: boom\n")
-    with pytest.raises(jobrun.JobFailed) as err:
+    with pytest.raises(foreground.JobFailed) as err:
         run(project, fake_slurm(sacct=sacct_sequence("RUNNING", "FAILED")))
     text = err.value.render()
     assert "bench@x: job 101 failed (FAILED, exit code 1)" in text
@@ -174,17 +174,17 @@ def test_sbatch_refusal_is_reported(project):
 
 def test_plan_problems_stop_everything(project):
     runner = fake_slurm()
-    ctx = jobrun.Context(project, "bench@x")
+    ctx = foreground.Context(project, "bench@x")
     with pytest.raises(PlanError, match="asks for 8 GPUs per node"):
-        jobrun.run_item(ctx, JobSpec(command=("python",), gpus_per_node=8), None, None, runner, FakeClock())
+        foreground.run_item(ctx, JobSpec(command=("python",), gpus_per_node=8), None, None, runner, FakeClock())
     assert runner.calls == []
 
 
 def test_cluster_detection(project):
-    from orchestrator import active, params
+    from orchestrator.config import params, selection
 
     prm = params.Params(data={}, settings=params.Settings(cluster="auto"))
-    assert active.select_cluster(None, prm, fake_slurm()) == "testbed"
-    assert active.select_cluster("lumi", prm, fake_slurm()) == "lumi"
-    assert active.select_cluster(None, prm, FakeRunner(installed=set())) == "local"
-    assert active.select_cluster(None, prm, fake_slurm(scontrol=ok("ClusterName = elsewhere\n"))) == "local"
+    assert selection.select_cluster(None, prm, fake_slurm()) == "testbed"
+    assert selection.select_cluster("lumi", prm, fake_slurm()) == "lumi"
+    assert selection.select_cluster(None, prm, FakeRunner(installed=set())) == "local"
+    assert selection.select_cluster(None, prm, fake_slurm(scontrol=ok("ClusterName = elsewhere\n"))) == "local"

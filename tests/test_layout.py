@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import cli
-from orchestrator import layout as lay
+from orchestrator.analysis import layout as lay
+from orchestrator.cli.plan import Count, plan
 from orchestrator.errors import PlanError
-from orchestrator.layout_cli import Count, plan
 
 # Megatron-LM's GPT 13B (Narayanan et al. 2021 use this shape): 40 layers, hidden 5120, 40 heads.
 GPT_13B = lay.ModelShape.from_architecture(layers=40, hidden=5120, heads=40, seq_len=2048, vocab=50257)
@@ -372,6 +372,6 @@ def test_parameter_counts(text, count):
 
 
 def test_importing_the_planner_does_not_import_torch():
-    code = "import sys, orchestrator.layout, orchestrator.layout_cli; print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning', 'rich') if m in sys.modules))"
+    code = "import sys, orchestrator.analysis.layout, orchestrator.cli.plan; print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning', 'rich') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

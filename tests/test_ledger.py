@@ -5,8 +5,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
-from orchestrator import ledger
-from orchestrator.slurm import State
+from orchestrator.jobs import ledger
+from orchestrator.slurm.states import State
 
 
 def record(item, job_id, fingerprint="f", state=State.PENDING):

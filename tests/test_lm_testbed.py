@@ -49,7 +49,7 @@ def cpu_profile(where: Path) -> Path:
     processes on two cores do not also fight over OpenMP threads; both layouts get it.
     Everything else (cluster name, partition, account rule, staging) is the testbed's.
     """
-    data = yaml.safe_load((ROOT / "orchestrator/profiles/testbed.yaml").read_text())
+    data = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
     data["name"] = "testbed-cpu"
     data["description"] = "The testbed's two nodes as CPU-only nodes: unbound CPU processes"
     for key in ("gpu_cores", "gpu"):

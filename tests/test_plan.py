@@ -2,9 +2,9 @@
 
 import pytest
 
-from orchestrator import params, profile
-from orchestrator.plan import make_plan
-from orchestrator.spec import JobSpec, parse_run_args
+from orchestrator.config import params, profile
+from orchestrator.pipeline.runargs import JobSpec, parse_run_args
+from orchestrator.scripts.plan import make_plan
 
 SETTINGS = params.Settings(account="project_465000858", image="site")
 CMD = ("python", "-m", "experiments.classify")
@@ -117,7 +117,7 @@ def test_the_training_and_the_scripts_agree_on_the_requeue_exit_status():
     if importlib.util.find_spec("pytorch_lightning") is None:
         skip_or_fail("pytorch_lightning is not installed")
     from experiments.requeue import REQUEUE_EXIT as training
-    from orchestrator.plan import REQUEUE_EXIT as scripts
+    from orchestrator.scripts.plan import REQUEUE_EXIT as scripts
 
     assert training == scripts == 75
 

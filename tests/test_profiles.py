@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from orchestrator import profile
+from orchestrator.config import profile
 from orchestrator.errors import ConfigError, ProfileError
 
 REQUIRED = {"lumi", "juwels-booster", "frontier", "generic-nvidia", "local", "testbed"}

@@ -1,4 +1,4 @@
-"""The profiler window of the experiments (experiments/profiling.py) and the two-run operator comparison (orchestrator/opcompare.py)."""
+"""The profiler window of the experiments (experiments/profiling.py) and the two-run operator comparison (orchestrator/analysis/opdiff.py)."""
 
 from __future__ import annotations
 
@@ -244,14 +244,14 @@ def _cli(*args: str):
 
 @pytest.mark.slow
 def test_profile_diff_of_two_real_runs(runs):
-    from orchestrator import opcompare
+    from orchestrator.analysis import opdiff
 
-    small, large = opcompare.load(runs["small"]), opcompare.load(runs["large"] / "profile" / "operators.json")
-    comparison = opcompare.compare(small, large, top=5)
+    small, large = opdiff.load(runs["small"]), opdiff.load(runs["large"] / "profile" / "operators.json")
+    comparison = opdiff.compare(small, large, top=5)
     assert len(comparison.rows) == 5 and comparison.operators >= len(small.operators)
     deltas = [abs(r.delta_host_us) for r in comparison.rows]
     assert deltas == sorted(deltas, reverse=True)
-    mm = next(r for r in opcompare.compare(small, large, top=10**6).rows if r.operator == "aten::mm")
+    mm = next(r for r in opdiff.compare(small, large, top=10**6).rows if r.operator == "aten::mm")
     assert mm.baseline_calls == mm.exp_calls  # the same model: the same matrix products per step
     assert mm.delta_host_us == pytest.approx(mm.exp_host_us - mm.baseline_host_us)
 
@@ -267,7 +267,7 @@ def test_profile_diff_of_two_real_runs(runs):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["baseline"]["steps"] == data["exp"]["steps"] == 3 and len(data["rows"]) == 4
-    comm = opcompare.compare(small, opcompare.load(runs["ddp"]), top=10**6)
+    comm = opdiff.compare(small, opdiff.load(runs["ddp"]), top=10**6)
     allreduce = next(r for r in comm.rows if r.operator == "c10d::allreduce_")
     assert allreduce.baseline_calls == 0 and allreduce.delta_calls_pct is None  # only DDP reduces gradients
 
@@ -278,24 +278,24 @@ def _operators(path: Path, rows: dict[str, tuple[float, float]], steps: int = 2)
 
 
 def test_comparison_rows_percentages_and_text(tmp_path):
-    from orchestrator import opcompare
+    from orchestrator.analysis import opdiff
 
     base = _operators(tmp_path / "a.json", {"aten::empty": (1293, 50375), "aten::as_strided": (2786, 1901), "aten::old": (1, 10)})
     exp = _operators(tmp_path / "b.json", {"aten::empty": (934, 3124), "aten::as_strided": (3147, 1170), "aten::new": (2, 5.5)})
-    comparison = opcompare.compare(opcompare.load(base), opcompare.load(exp), top=10)
+    comparison = opdiff.compare(opdiff.load(base), opdiff.load(exp), top=10)
     assert [r.operator for r in comparison.rows] == ["aten::empty", "aten::as_strided", "aten::old", "aten::new"]
     empty = comparison.rows[0]
     assert (empty.delta_calls, empty.delta_host_us) == (-359, -47251)
     assert empty.delta_calls_pct == pytest.approx(-27.76, abs=0.01) and empty.delta_host_pct == pytest.approx(-93.80, abs=0.01)
     new = comparison.rows[3]
     assert (new.baseline_calls, new.delta_calls_pct, new.delta_host_pct) == (0, None, None)
-    text = opcompare.render_text(comparison)
+    text = opdiff.render_text(comparison)
     rows = {line.split()[0]: line.split() for line in text.splitlines()[4:]}
     assert rows["aten::empty"] == ["aten::empty", "1,293", "934", "-359", "-27.76%", "50,375", "3,124", "-47,251", "-93.80%"]
     assert rows["aten::new"] == ["aten::new", "0", "2", "+2", "-", "0", "5.5", "+5.5", "-"]
     # Aligned: every row as wide as the header, names left, numbers right.
     assert len({len(line) for line in text.splitlines()[4:]}) == 1
-    assert opcompare.compare(opcompare.load(base), opcompare.load(exp), top=1).rows == comparison.rows[:1]
+    assert opdiff.compare(opdiff.load(base), opdiff.load(exp), top=1).rows == comparison.rows[:1]
 
 
 @pytest.mark.parametrize(
@@ -325,7 +325,7 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_the_comparison_stays_off_torch_and_is_listed():
-    code = "import sys, orchestrator.cli, orchestrator.opcompare, orchestrator.opcompare_cli; print(sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'numpy', 'rich') if m in sys.modules))"
+    code = "import sys, orchestrator.cli, orchestrator.analysis.opdiff, orchestrator.cli.profile_diff; print(sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'numpy', 'rich') if m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
     result = CliRunner().invoke(cli_main, ["--help"])
     assert "profile-diff" in result.output

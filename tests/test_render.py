@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, make_project, require
 
 LUMI_MASKS = "mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,0xfe00000000,0xfe0000000000"
@@ -70,7 +69,7 @@ def test_targets_select_items(project):
 
 
 def test_overlapping_masks_fail_check_naming_the_tasks(project):
-    text = (ROOT / "orchestrator/profiles/lumi.yaml").read_text()
+    text = (ROOT / "orchestrator/config/profiles/lumi.yaml").read_text()
     typo = text.replace(
         'gpu_cores: ["48-55", "56-63", "16-23", "24-31", "0-7", "8-15", "32-39", "40-47"]',
         "cpu_masks: [0xfe000000000000, 0xfe000000000000, 0xfe0000, 0xfe000000, 0xfe, 0xfe00, 0xfe00000000, 0xfe0000000000]",
@@ -127,7 +126,7 @@ def test_bad_input_gets_one_clear_message(tmp_path):
 
 
 def test_profile_file_with_unknown_keys(project):
-    text = (ROOT / "orchestrator/profiles/lumi.yaml").read_text().replace("  cores: 64", "  cores: 64\n  numa: 8")
+    text = (ROOT / "orchestrator/config/profiles/lumi.yaml").read_text().replace("  cores: 64", "  cores: 64\n  numa: 8")
     (project / "mine.yaml").write_text(text + "extra: 1\n")
     done = orchestrator("render", "--cluster", "mine.yaml", cwd=project)
     assert_clean_failure(done, "node: unknown key(s) numa; valid keys: cores,", "(top level): unknown key(s) extra; valid keys: name,", project=project)
@@ -149,8 +148,8 @@ def test_no_dvc_project(tmp_path):
 
 
 def test_check_fails_without_shellcheck_unless_skipped(project, monkeypatch):
-    from orchestrator import matrix
-    from orchestrator.runner import SubprocessRunner
+    from orchestrator.scripts import matrix
+    from orchestrator.util.runner import SubprocessRunner
 
     class NoShellcheck(SubprocessRunner):
         def which(self, name):
@@ -162,14 +161,14 @@ def test_check_fails_without_shellcheck_unless_skipped(project, monkeypatch):
 
 
 def test_bash_syntax_errors_are_attributed_to_their_script():
-    from orchestrator import check
-    from orchestrator.runner import SubprocessRunner
+    from orchestrator.scripts import lint
+    from orchestrator.util.runner import SubprocessRunner
 
     scripts = {"a.sh": "echo 'unclosed\n", "b.sh": "echo fine\n", "c.sh": "echo 'also unclosed\n"}
-    problems = check.bash_problems(scripts, SubprocessRunner())
+    problems = lint.bash_problems(scripts, SubprocessRunner())
     # a.sh and c.sh's quotes would pair up in one file; the batch check still catches both
     assert [p.split(":")[0] for p in problems] == ["bash -n a.sh", "bash -n c.sh"]
-    assert check.bash_problems({"ok.sh": "echo ok\n"}, SubprocessRunner()) == []
+    assert lint.bash_problems({"ok.sh": "echo ok\n"}, SubprocessRunner()) == []
 
 
 @pytest.mark.parametrize("args", [["--help"], ["render", "--help"], ["clusters", "show", "lumi", "--format", "yaml"]])

@@ -17,9 +17,10 @@ import yaml
 from click.testing import CliRunner
 from conftest import make_project, require_root_and_apt, skip_or_fail
 
-from orchestrator import energy, profile
-from orchestrator import report as rp
+from orchestrator.analysis import energy, mfu
+from orchestrator.analysis import report as rp
 from orchestrator.cli import main
+from orchestrator.config import profile
 
 # --- arithmetic --------------------------------------------------------------------
 
@@ -58,12 +59,12 @@ def test_weak_or_strong_scaling_is_read_from_the_batches(batches, mode):
 
 def test_mfu_uses_the_profiles_peak_else_the_runs_own():
     lm = {"tokens_per_second": 8000.0, "flops_per_token": 6 * 125e6, "world_size": 4, "mfu": 0.9, "mfu_peak_source": "ORCH_PEAK_TFLOPS"}
-    value, note = rp.mfu(lm, 312.0, "juwels-booster")
+    value, note = mfu.mfu(lm, 312.0, "juwels-booster")
     assert value == pytest.approx(8000 * 6 * 125e6 / 4 / 312e12) and "juwels-booster's peak 312" in note
-    assert rp.mfu({"model_tflops_per_device": 95.75}, 191.5, "lumi")[0] == pytest.approx(0.5)
-    assert rp.mfu({"model_flops_per_second": 2 * 156e12, "world_size": 2}, 312.0, "x")[0] == pytest.approx(0.5)
-    assert rp.mfu(lm, None, "local") == (0.9, "the run's own (ORCH_PEAK_TFLOPS); local gives no peak")
-    assert rp.mfu({"samples_per_second": 10.0}, 312.0, "x") == (None, "the metrics carry no model FLOPs")
+    assert mfu.mfu({"model_tflops_per_device": 95.75}, 191.5, "lumi")[0] == pytest.approx(0.5)
+    assert mfu.mfu({"model_flops_per_second": 2 * 156e12, "world_size": 2}, 312.0, "x")[0] == pytest.approx(0.5)
+    assert mfu.mfu(lm, None, "local") == (0.9, "the run's own (ORCH_PEAK_TFLOPS); local gives no peak")
+    assert mfu.mfu({"samples_per_second": 10.0}, 312.0, "x") == (None, "the metrics carry no model FLOPs")
 
 
 # --- building a report from runs ---------------------------------------------------------
@@ -91,13 +92,13 @@ def test_a_run_without_metrics_is_reported_missing_never_zero():
     assert [r.item for r in report.missing] == ["bench@1x2"]
     assert series.rows[2].scaled.efficiency == pytest.approx(0.9)
 
-    from orchestrator import report_render
+    from orchestrator.analysis import report_write
 
-    header, rows = report_render.table(series)
+    header, rows = report_write.table(series)
     cells = dict(zip(header, rows[1], strict=True))
     assert cells["config"] == "1x2 (missing)"
     assert all(cells[h] == "—" for h in ("samples/s", "speedup", "efficiency", "energy (kWh)", "CO2e (kg)"))
-    assert "missing: 1x2 (bench@1x2): no metrics.json at" in report_render.markdown(report)
+    assert "missing: 1x2 (bench@1x2): no metrics.json at" in report_write.markdown(report)
     as_json = rp.metrics_of(report)["bench@1x2"]
     assert as_json["missing"] is True and as_json["throughput"] is None and as_json["efficiency"] is None and as_json["energy_kwh"] is None
 

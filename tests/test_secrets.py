@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT, make_project
 from test_slurm_testbed import ACCOUNT, dvc, jobs_of
-from orchestrator import profile
+
+from orchestrator.config import profile
 from orchestrator.errors import ProfileError
 
 PROBE = """\
@@ -72,7 +72,7 @@ def test_a_missing_secret_stops_before_anything_is_submitted(slurm_testbed, tmp_
 
 
 def test_a_profile_may_not_hold_a_secret_value(tmp_path):
-    data = yaml.safe_load((ROOT / "orchestrator/profiles/testbed.yaml").read_text())
+    data = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
     data["environment"]["variables"]["WANDB_API_KEY"] = "abc123"
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))

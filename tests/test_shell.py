@@ -6,14 +6,16 @@ import subprocess
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import shell
+from orchestrator.pipeline import cmdline
+from orchestrator.scripts import quoting
+from orchestrator.util import patterns
 
 HOSTILE = ["a b", "it's", 'say "hi"', "x; touch CANARY", "$(touch CANARY)", "`touch CANARY`", "line1\nline2", "tab\there", "back\\slash", "", "-n", "\x01"]
 
 
 def echo_back(words):
     """What bash hands a program for the quoted words (NUL-separated)."""
-    script = "printf '%s\\0' " + " ".join(shell.quote(w) for w in words)
+    script = "printf '%s\\0' " + " ".join(quoting.quote(w) for w in words)
     out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout
     return out.decode().split("\0")[:-1]
 
@@ -25,7 +27,7 @@ def test_hostile_values_round_trip(tmp_path):
 
 def test_quoted_values_never_span_lines():
     for value in HOSTILE:
-        assert "\n" not in shell.quote(value)
+        assert "\n" not in quoting.quote(value)
 
 
 @settings(max_examples=200, deadline=None)
@@ -35,19 +37,19 @@ def test_any_text_round_trips(words):
 
 
 def test_runtime_templates_expand_only_references():
-    quoted = shell.quote_runtime('/tmp/${USER}-"$(id)"-`id`-\\-${SLURM_NODEID}')
+    quoted = quoting.quote_runtime('/tmp/${USER}-"$(id)"-`id`-\\-${SLURM_NODEID}')
     out = subprocess.run(["bash", "-c", f"printf %s {quoted}"], capture_output=True, text=True, env={"USER": "u", "SLURM_NODEID": "3"}).stdout
     assert out == '/tmp/u-"$(id)"-`id`-\\-3'
 
 
 def test_runtime_problems():
-    assert shell.runtime_problems("/a/${B}/c") == []
-    assert shell.runtime_problems("/a/$B") and shell.runtime_problems("$(id)")
+    assert patterns.runtime_problems("/a/${B}/c") == []
+    assert patterns.runtime_problems("/a/$B") and patterns.runtime_problems("$(id)")
 
 
 def test_plain_argv_accepts_words_and_quotes():
     cmd = "orchestrator run -N 2 -- python x.py --ds 'a; $(b) `c`' \"it's\" --x=1"
-    assert shell.plain_argv_problems(cmd) == []
+    assert cmdline.split_plain(cmd)[1] == []
     assert shlex.split(cmd)[-3:] == ["a; $(b) `c`", "it's", "--x=1"]
 
 
@@ -67,14 +69,14 @@ def test_plain_argv_rejects_what_a_shell_would_interpret():
         "a 'b": "unbalanced",
     }
     for cmd, expected in cases.items():
-        problems = shell.plain_argv_problems(cmd)
+        problems = cmdline.split_plain(cmd)[1]
         assert problems and expected in " ".join(problems), (cmd, problems)
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.text(alphabet=" \t'\"\\abc-=;$`\n*~#", max_size=30))
 def test_split_plain_agrees_with_shlex_on_plain_commands(cmd):
-    argv, problems = shell.split_plain(cmd)
+    argv, problems = cmdline.split_plain(cmd)
     if not problems:
         assert argv == shlex.split(cmd)
 
@@ -84,7 +86,7 @@ def test_split_plain_agrees_with_shlex_on_plain_commands(cmd):
 def test_split_plain_agrees_with_the_shell(words):
     """Single-quoted words (as dvc.yaml should quote values) come out as sh passes them."""
     cmd = " ".join(f"'{w}'" for w in words)
-    argv, problems = shell.split_plain(cmd)
+    argv, problems = cmdline.split_plain(cmd)
     assert problems == [] and argv == words
     assert echo_back_sh(cmd) == words
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from fakes import FakeRunner, ok
 
-from orchestrator import ship
-from orchestrator.runner import Completed, SubprocessRunner
+from orchestrator.containers import push
+from orchestrator.util.runner import Completed, SubprocessRunner
 
 # A directory name a remote shell would split, unquote or execute if a word went unquoted.
 HOSTILE = "dir with space 'single' \"double\" $(touch ship-canary) `touch ship-canary` ;& *"
@@ -58,9 +58,9 @@ def fake_remote(
 
     def ssh(argv):
         words = remote_command(argv)
-        if words[2] == ship.PROBE_SCRIPT:
+        if words[2] == push.PROBE_SCRIPT:
             return dataclasses.replace(probe or ok()(argv), argv=tuple(argv))
-        assert words[2] == ship.COMMIT_SCRIPT
+        assert words[2] == push.COMMIT_SCRIPT
         expected = words[-1]
         return dataclasses.replace(commit or ok(f"orchestrator-ship: sha256 {expected}\n")(argv), argv=tuple(argv))
 
@@ -88,13 +88,13 @@ def fake_remote(
     ],
 )
 def test_parse_target(target, host, path):
-    t = ship.parse_target(target)
+    t = push.parse_target(target)
     assert (t.host, t.path) == (host, path)
     assert t.part == f"{t.directory}/.{t.name}.part"
 
 
 def test_ipv6_target_keeps_brackets_for_rsync():
-    t = ship.parse_target("u@[::1]:/x/o.sif")
+    t = push.parse_target("u@[::1]:/x/o.sif")
     assert t.rsync_host == "u@[::1]" and t.host == "u@::1"
 
 
@@ -110,40 +110,40 @@ def test_ipv6_target_keeps_brackets_for_rsync():
     ],
 )
 def test_bad_targets(target, message):
-    with pytest.raises(ship.ShipError, match=message):
-        ship.parse_target(target)
+    with pytest.raises(push.ShipError, match=message):
+        push.parse_target(target)
 
 
 def test_local_directory_target_is_refused(tmp_path):
-    with pytest.raises(ship.ShipError, match="is a directory"):
-        ship.parse_target(str(tmp_path))
+    with pytest.raises(push.ShipError, match="is a directory"):
+        push.parse_target(str(tmp_path))
 
 
 def test_remote_image_path_fills_in_profile_templates():
     template = "/project/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator.sif"
-    assert ship.remote_image_path(template, {"SLURM_JOB_ACCOUNT": "p1", "USER": "al"}) == "/project/p1/al/orchestrator.sif"
-    with pytest.raises(ship.ShipError, match="SLURM_JOB_ACCOUNT"):
-        ship.remote_image_path(template, {"USER": "al"})
+    assert push.remote_image_path(template, {"SLURM_JOB_ACCOUNT": "p1", "USER": "al"}) == "/project/p1/al/orchestrator.sif"
+    with pytest.raises(push.ShipError, match="SLURM_JOB_ACCOUNT"):
+        push.remote_image_path(template, {"USER": "al"})
 
 
 # --- the local sha256 and its cache ---------------------------------------------------------
 
 
 def test_local_sha256_is_cached_by_size_and_mtime(image, monkeypatch):
-    digest = ship.local_sha256(image)
+    digest = push.local_sha256(image)
     assert digest == sha(image)
-    assert ship.cache_path(image).read_text().split()[0] == digest
-    monkeypatch.setattr(ship, "sha256_file", lambda p: pytest.fail("hashed again although the image did not change"))
-    assert ship.local_sha256(image) == digest
+    assert push.cache_path(image).read_text().split()[0] == digest
+    monkeypatch.setattr(push, "sha256_file", lambda p: pytest.fail("hashed again although the image did not change"))
+    assert push.local_sha256(image) == digest
     monkeypatch.undo()
     image.write_bytes(b"new image")  # new size and mtime
-    assert ship.local_sha256(image) == hashlib.sha256(b"new image").hexdigest()
+    assert push.local_sha256(image) == hashlib.sha256(b"new image").hexdigest()
 
 
 def test_missing_image_is_one_clear_error(tmp_path):
     runner = fake_remote()
-    with pytest.raises(ship.ShipError, match=r"the image .*nope.sif does not exist") as err:
-        ship.push(tmp_path / "nope.sif", "host:/x/img.sif", runner)
+    with pytest.raises(push.ShipError, match=r"the image .*nope.sif does not exist") as err:
+        push.push(tmp_path / "nope.sif", "host:/x/img.sif", runner)
     assert runner.calls == []
     assert err.value.exit_code != 0
 
@@ -155,7 +155,7 @@ def test_argv_is_built_and_every_remote_word_quoted(image):
     remote_dir = f"/scratch/{HOSTILE}"
     runner = fake_remote()
     opts = ["-p", "2222", "-i", "/keys/my key", "-o", "ProxyJump=jump host"]
-    result = ship.push(image, f"al@lumi:{remote_dir}/img.sif", runner, ssh_options=opts)
+    result = push.push(image, f"al@lumi:{remote_dir}/img.sif", runner, ssh_options=opts)
 
     probe, rsync, commit = runner.calls
     size = image.stat().st_size
@@ -164,19 +164,19 @@ def test_argv_is_built_and_every_remote_word_quoted(image):
     assert probe[1 : len(opts) + 1] == opts
     assert probe[-3:-1] == ["--", "al@lumi"]
     final, part = f"{remote_dir}/img.sif", f"{remote_dir}/.img.sif.part"
-    assert remote_command(probe) == ["sh", "-c", ship.PROBE_SCRIPT, "sh", remote_dir, final, part, str(size)]
-    assert remote_command(commit) == ["sh", "-c", ship.COMMIT_SCRIPT, "sh", part, final, digest]
+    assert remote_command(probe) == ["sh", "-c", push.PROBE_SCRIPT, "sh", remote_dir, final, part, str(size)]
+    assert remote_command(commit) == ["sh", "-c", push.COMMIT_SCRIPT, "sh", part, final, digest]
     # rsync: the path over the protocol (-s), resumable into the hidden .part, -e split like a shell.
     assert rsync[0] == "rsync" and {"-s", "--inplace", "--partial", "--ignore-times", "--stats"} <= set(rsync)
     e = rsync[rsync.index("-e") + 1]
-    assert shlex.split(e) == ["ssh", *opts, *ship.DEFAULT_SSH_OPTIONS]
+    assert shlex.split(e) == ["ssh", *opts, *push.DEFAULT_SSH_OPTIONS]
     assert rsync[-3:] == ["--", str(image), f"al@lumi:{part}"]
-    assert result == ship.PushResult(f"al@lumi:{remote_dir}/img.sif", "al@lumi", final, digest, size, True, 20_971_520, "rsync", 0)
+    assert result == push.PushResult(f"al@lumi:{remote_dir}/img.sif", "al@lumi", final, digest, size, True, 20_971_520, "rsync", 0)
 
 
 def test_user_ssh_options_come_first_so_they_win(image):
     runner = fake_remote()
-    ship.push(image, "h:/x/img.sif", runner, ssh_options=["-o", "ConnectTimeout=3"])
+    push.push(image, "h:/x/img.sif", runner, ssh_options=["-o", "ConnectTimeout=3"])
     probe = runner.calls[0]
     assert probe.index("ConnectTimeout=3") < probe.index("ConnectTimeout=20")
 
@@ -195,10 +195,10 @@ def test_remote_scripts_run_literally_in_a_real_shell(image, tmp_path):
         return Completed(tuple(argv), 0, STATS, "")
 
     runner = FakeRunner(answers={"ssh": ssh, "rsync": rsync}, installed={"ssh", "rsync"})
-    first = ship.push(image, f"h:{remote_dir}/img.sif", runner)
+    first = push.push(image, f"h:{remote_dir}/img.sif", runner)
     assert first.transferred and sha(remote_dir / "img.sif") == sha(image)
     assert sorted(p.name for p in remote_dir.iterdir()) == ["img.sif"]  # no .part left
-    second = ship.push(image, f"h:{remote_dir}/img.sif", runner)
+    second = push.push(image, f"h:{remote_dir}/img.sif", runner)
     assert (second.transferred, second.bytes_transferred, second.method) == (False, 0, "skip")
     assert [c[0] for c in runner.calls] == ["ssh", "rsync", "ssh", "ssh"]
     assert not list(tmp_path.rglob("ship-canary"))
@@ -211,7 +211,7 @@ def test_skip_when_the_remote_sha_matches(image):
     digest = sha(image)
     probe = Completed((), 0, f"motd noise\norchestrator-ship: final {image.stat().st_size}\norchestrator-ship: sha256 {digest}\n", "")
     runner = fake_remote(probe=probe)
-    result = ship.push(image, "h:/x/img.sif", runner)
+    result = push.push(image, "h:/x/img.sif", runner)
     assert (result.transferred, result.bytes_transferred, result.method, result.sha256) == (False, 0, "skip", digest)
     assert len(runner.calls) == 1 and not runner.called("rsync")
 
@@ -219,7 +219,7 @@ def test_skip_when_the_remote_sha_matches(image):
 def test_a_different_remote_image_is_replaced(image):
     probe = Completed((), 0, f"orchestrator-ship: final 12\norchestrator-ship: sha256 {'0' * 64}\norchestrator-ship: part 4096\n", "")
     runner = fake_remote(probe=probe)
-    result = ship.push(image, "h:/x/img.sif", runner)
+    result = push.push(image, "h:/x/img.sif", runner)
     assert result.transferred and result.resumed_from == 4096
     assert [c[0] for c in runner.calls] == ["ssh", "rsync", "ssh"]
 
@@ -244,8 +244,8 @@ def failed(rc: int, stderr: str, stdout: str = "") -> Completed:
 )
 def test_probe_errors(image, probe, headline):
     runner = fake_remote(probe=probe)
-    with pytest.raises(ship.ShipError) as err:
-        ship.push(image, "h:/x/img.sif", runner)
+    with pytest.raises(push.ShipError) as err:
+        push.push(image, "h:/x/img.sif", runner)
     text = str(err.value)
     assert text.startswith(f"push of {image} to h:/x/img.sif failed: {headline}")
     assert "command (exit" in text and "ssh " in text  # the command that failed
@@ -258,8 +258,8 @@ def test_permission_denied_writing_is_not_a_refused_login(image):
         23,
         'rsync: [receiver] open "/x/.img.sif.part" failed: Permission denied (13)\nrsync error: some files could not be transferred (code 23)',
     )
-    with pytest.raises(ship.ShipError, match="failed: the transfer failed") as err:
-        ship.push(image, "h:/x/img.sif", fake_remote(rsync=rsync))
+    with pytest.raises(push.ShipError, match="failed: the transfer failed") as err:
+        push.push(image, "h:/x/img.sif", fake_remote(rsync=rsync))
     assert "Permission denied (13)" in str(err.value) and "command (exit 23): rsync " in str(err.value)
 
 
@@ -268,37 +268,37 @@ def test_unreachable_during_transfer(image):
         255,
         "ssh: connect to host h port 22: Connection timed out\nrsync: connection unexpectedly closed (0 bytes received so far) [sender]",
     )
-    with pytest.raises(ship.ShipError, match="cannot reach h over ssh"):
-        ship.push(image, "h:/x/img.sif", fake_remote(rsync=rsync))
+    with pytest.raises(push.ShipError, match="cannot reach h over ssh"):
+        push.push(image, "h:/x/img.sif", fake_remote(rsync=rsync))
 
 
 def test_interrupted_transfer_says_it_resumes(image):
-    with pytest.raises(ship.ShipError, match="interrupted") as err:
-        ship.push(image, "h:/x/img.sif", fake_remote(rsync=failed(20, "rsync error: received SIGINT")))
+    with pytest.raises(push.ShipError, match="interrupted") as err:
+        push.push(image, "h:/x/img.sif", fake_remote(rsync=failed(20, "rsync error: received SIGINT")))
     assert "push again: it resumes" in str(err.value)
 
 
 def test_checksum_mismatch_removes_the_copy_and_installs_nothing(image):
     commit = failed(95, "", f"orchestrator-ship: sha256 {'f' * 64}\n")
     runner = fake_remote(commit=commit)
-    with pytest.raises(ship.ChecksumMismatch, match="checksum mismatch") as err:
-        ship.push(image, "h:/x/img.sif", runner)
+    with pytest.raises(push.ChecksumMismatch, match="checksum mismatch") as err:
+        push.push(image, "h:/x/img.sif", runner)
     text = str(err.value)
     assert f"local sha256 {sha(image)}, remote {'f' * 64}" in text
     assert "nothing was installed at /x/img.sif" in text and "command: ssh " in text
     # The script itself removes the .part and never runs mv on a mismatch.
-    assert 'if [ "$h" != "$3" ]; then rm -f -- "$1"; exit 95; fi; mv' in ship.COMMIT_SCRIPT
+    assert 'if [ "$h" != "$3" ]; then rm -f -- "$1"; exit 95; fi; mv' in push.COMMIT_SCRIPT
 
 
 def test_ssh_not_installed(image):
     runner = FakeRunner(answers={}, installed=set())
-    with pytest.raises(ship.ShipError, match="`ssh` is not installed here"):
-        ship.push(image, "h:/x/img.sif", runner)
+    with pytest.raises(push.ShipError, match="`ssh` is not installed here"):
+        push.push(image, "h:/x/img.sif", runner)
 
 
 def test_ssh_options_must_be_a_list(image):
     with pytest.raises(TypeError):
-        ship.push(image, "h:/x/img.sif", fake_remote(), ssh_options="-p 22")
+        push.push(image, "h:/x/img.sif", fake_remote(), ssh_options="-p 22")
 
 
 # --- scp, when rsync is not installed -------------------------------------------------------
@@ -306,30 +306,30 @@ def test_ssh_options_must_be_a_list(image):
 
 def test_scp_fallback_translates_options(image):
     runner = fake_remote(installed=("ssh", "scp"))
-    result = ship.push(image, "al@h:/x/img.sif", runner, ssh_options=["-p", "2222", "-l", "bob", "-i", "/k", "-4C"])
+    result = push.push(image, "al@h:/x/img.sif", runner, ssh_options=["-p", "2222", "-l", "bob", "-i", "/k", "-4C"])
     (scp,) = runner.called("scp")
-    assert scp[:12] == ["scp", "-q", "-P", "2222", "-o", "User=bob", "-i", "/k", "-4C", *ship.DEFAULT_SSH_OPTIONS[:3]]
+    assert scp[:12] == ["scp", "-q", "-P", "2222", "-o", "User=bob", "-i", "/k", "-4C", *push.DEFAULT_SSH_OPTIONS[:3]]
     assert scp[-3:] == ["--", str(image), "al@h:/x/.img.sif.part"]
     assert (result.method, result.bytes_transferred, result.resumed_from) == ("scp", image.stat().st_size, 0)
 
 
 def test_scp_refuses_paths_it_cannot_quote_for_both_protocols(image):
     runner = fake_remote(installed=("ssh", "scp"))
-    with pytest.raises(ship.ShipError, match="scp cannot safely copy"):
-        ship.push(image, f"h:/x/{HOSTILE}/img.sif", runner)
+    with pytest.raises(push.ShipError, match="scp cannot safely copy"):
+        push.push(image, f"h:/x/{HOSTILE}/img.sif", runner)
     assert not runner.called("scp")
 
 
 def test_scp_options_it_cannot_take():
-    with pytest.raises(ship.ShipError, match="-L"):
-        ship.scp_options(["-L", "8080:localhost:80"])
+    with pytest.raises(push.ShipError, match="-L"):
+        push.scp_options(["-L", "8080:localhost:80"])
 
 
 def test_rsync_stats_parsing():
-    assert ship.parse_rsync_stats(STATS) == 20_971_520
-    assert ship.parse_rsync_stats("Literal data: 0 bytes\n") == 0
-    assert ship.parse_rsync_stats("Total transferred file size: 1.234.567 bytes\n") == 1_234_567
-    assert ship.parse_rsync_stats("") == 0
+    assert push.parse_rsync_stats(STATS) == 20_971_520
+    assert push.parse_rsync_stats("Literal data: 0 bytes\n") == 0
+    assert push.parse_rsync_stats("Total transferred file size: 1.234.567 bytes\n") == 1_234_567
+    assert push.parse_rsync_stats("") == 0
 
 
 # --- a copy on this machine -----------------------------------------------------------------
@@ -338,10 +338,10 @@ def test_rsync_stats_parsing():
 def test_local_copy_is_verified_atomic_and_skipped_the_second_time(image, tmp_path):
     dest = tmp_path / "shared" / HOSTILE / "img.sif"
     runner = FakeRunner(installed=set())
-    first = ship.push(image, str(dest), runner)
+    first = push.push(image, str(dest), runner)
     assert (first.method, first.transferred, first.bytes_transferred) == ("copy", True, image.stat().st_size)
     assert sha(dest) == sha(image) and sorted(p.name for p in dest.parent.iterdir()) == ["img.sif"]
-    second = ship.push(image, str(dest), runner)
+    second = push.push(image, str(dest), runner)
     assert (second.method, second.transferred, second.bytes_transferred) == ("skip", False, 0)
     assert runner.calls == []
 
@@ -387,14 +387,14 @@ def test_push_over_ssh_then_again_transfers_nothing(sshd, big_image, tmp_path):
     shutil.copy(sshd.key, key)
     options = [str(key) if o == str(sshd.key) else o for o in sshd.options]
     start = time.monotonic()
-    first = ship.push(big_image, target(sshd, final), runner, ssh_options=options)
+    first = push.push(big_image, target(sshd, final), runner, ssh_options=options)
     took = time.monotonic() - start
     assert first.transferred and first.method == "rsync"
     assert first.bytes_transferred == BIG and first.sha256 == sha(big_image) == sha(final)
     assert first.remote_path == str(final)
     assert sorted(p.name for p in remote_dir.iterdir()) == ["img.sif"]
 
-    second = ship.push(big_image, target(sshd, final), runner, ssh_options=sshd.options)
+    second = push.push(big_image, target(sshd, final), runner, ssh_options=sshd.options)
     assert (second.transferred, second.bytes_transferred, second.method) == (False, 0, "skip")
     assert sha(final) == sha(big_image)
     home = Path(pwd.getpwuid(os.geteuid()).pw_dir)
@@ -441,14 +441,14 @@ def test_killed_push_leaves_nothing_at_the_final_path_and_resumes(sshd, big_imag
     remote_dir = tmp_path / "remote dir"
     final, part = remote_dir / "img.sif", remote_dir / ".img.sif.part"
     killer = KillingRunner(part, kill_at=4 << 20)
-    with pytest.raises(ship.ShipError, match="interrupted") as err:
-        ship.push(big_image, target(sshd, final), killer, ssh_options=sshd.options)
+    with pytest.raises(push.ShipError, match="interrupted") as err:
+        push.push(big_image, target(sshd, final), killer, ssh_options=sshd.options)
     assert killer.killed_at, f"rsync finished before it could be killed: {err.value}"
     assert not final.exists()
     arrived = settle(part)
     assert 0 < arrived < BIG
 
-    result = ship.push(big_image, target(sshd, final), SubprocessRunner(), ssh_options=sshd.options)
+    result = push.push(big_image, target(sshd, final), SubprocessRunner(), ssh_options=sshd.options)
     assert result.transferred and result.resumed_from == arrived, (result, arrived)
     print(f"killed at {killer.killed_at:,} bytes, {arrived:,} kept, resumed sending {result.bytes_transferred:,} of {BIG:,}")
     assert result.bytes_transferred <= BIG - arrived + (1 << 20)  # only the rest crossed again
@@ -461,7 +461,7 @@ def test_a_stale_partial_of_another_image_does_not_matter(sshd, small_image, tmp
     remote_dir.mkdir()
     (remote_dir / ".img.sif.part").write_bytes(os.urandom(SMALL + 12345))  # larger and different
     (remote_dir / "img.sif").write_bytes(b"an older image")
-    result = ship.push(small_image, target(sshd, remote_dir / "img.sif"), SubprocessRunner(), ssh_options=sshd.options)
+    result = push.push(small_image, target(sshd, remote_dir / "img.sif"), SubprocessRunner(), ssh_options=sshd.options)
     assert result.transferred and sha(remote_dir / "img.sif") == sha(small_image)
     assert sorted(p.name for p in remote_dir.iterdir()) == ["img.sif"]
 
@@ -489,8 +489,8 @@ def test_checksum_mismatch_over_ssh_installs_nothing(sshd, small_image, tmp_path
     final, part = remote_dir / "img.sif", remote_dir / ".img.sif.part"
     remote_dir.mkdir()
     final.write_bytes(b"the image jobs use now")
-    with pytest.raises(ship.ChecksumMismatch, match="checksum mismatch"):
-        ship.push(small_image, target(sshd, final), CorruptingRunner(part), ssh_options=sshd.options)
+    with pytest.raises(push.ChecksumMismatch, match="checksum mismatch"):
+        push.push(small_image, target(sshd, final), CorruptingRunner(part), ssh_options=sshd.options)
     assert final.read_bytes() == b"the image jobs use now" and not part.exists()
 
 
@@ -501,8 +501,8 @@ def test_unreachable_port_is_one_clear_error(sshd, small_image, tmp_path):
         closed = s.getsockname()[1]
     options = [o if o != str(sshd.port) else str(closed) for o in sshd.options]
     final = tmp_path / "remote" / "img.sif"
-    with pytest.raises(ship.ShipError) as err:
-        ship.push(small_image, target(sshd, final), SubprocessRunner(), ssh_options=options)
+    with pytest.raises(push.ShipError) as err:
+        push.push(small_image, target(sshd, final), SubprocessRunner(), ssh_options=options)
     text = str(err.value)
     assert text.startswith(f"push of {small_image} to {sshd.host}:{final} failed: cannot reach {sshd.host} over ssh")
     assert "Connection refused" in text and "command (exit 255): ssh " in text
@@ -514,16 +514,16 @@ def test_wrong_key_is_a_refused_login(sshd, small_image, tmp_path):
     other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     options = [o if o != str(sshd.key) else str(other) for o in sshd.options]
-    with pytest.raises(ship.ShipError, match=f"{sshd.host} refused the ssh login"):
-        ship.push(small_image, target(sshd, tmp_path / "r" / "img.sif"), SubprocessRunner(), ssh_options=options)
+    with pytest.raises(push.ShipError, match=f"{sshd.host} refused the ssh login"):
+        push.push(small_image, target(sshd, tmp_path / "r" / "img.sif"), SubprocessRunner(), ssh_options=options)
 
 
 @pytest.mark.ssh
 def test_remote_directory_that_cannot_be_made(sshd, small_image, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with pytest.raises(ship.ShipError, match="cannot create the remote directory") as err:
-        ship.push(small_image, target(sshd, blocker / "sub" / "img.sif"), SubprocessRunner(), ssh_options=sshd.options)
+    with pytest.raises(push.ShipError, match="cannot create the remote directory") as err:
+        push.push(small_image, target(sshd, blocker / "sub" / "img.sif"), SubprocessRunner(), ssh_options=sshd.options)
     assert "Not a directory" in str(err.value)
 
 
@@ -536,7 +536,7 @@ class NoRsyncRunner(SubprocessRunner):
 def test_scp_fallback_over_ssh(sshd, small_image, tmp_path):
     final = tmp_path / "remote-scp" / "img.sif"
     runner = NoRsyncRunner()
-    result = ship.push(small_image, target(sshd, final), runner, ssh_options=sshd.options)
+    result = push.push(small_image, target(sshd, final), runner, ssh_options=sshd.options)
     assert (result.method, result.bytes_transferred) == ("scp", SMALL) and sha(final) == sha(small_image)
-    again = ship.push(small_image, target(sshd, final), runner, ssh_options=sshd.options)
+    again = push.push(small_image, target(sshd, final), runner, ssh_options=sshd.options)
     assert again.method == "skip"

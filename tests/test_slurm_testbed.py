@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import make_project
 
 pytestmark = pytest.mark.slurm
@@ -206,16 +205,16 @@ def test_unreachable_controller_and_wrong_cluster_are_clear_errors(slurm_testbed
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "controller" in done.stderr, done.stderr
     lumi_like = tmp_path / "other.yaml"
-    lumi_like.write_text(Path(__file__).parent.parent.joinpath("orchestrator/profiles/testbed.yaml").read_text().replace("cluster_name: testbed", "cluster_name: lumi"))
+    lumi_like.write_text(Path(__file__).parent.parent.joinpath("orchestrator/config/profiles/testbed.yaml").read_text().replace("cluster_name: testbed", "cluster_name: lumi"))
     done = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--cluster", str(lumi_like), "--name", "x", "--", "true"], cwd=project, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "ClusterName is 'testbed', but the profile is for 'lumi'" in done.stderr
 
 
 def lightning_project(root: Path) -> Path:
     """The shipped pipeline on the testbed profile: a matrix of two 2-node x 2-task items."""
-    from conftest import ROOT
-
     import shutil
+
+    from conftest import ROOT
 
     project = make_project(root, dvc_yaml=(ROOT / "dvc.yaml").read_text(), params_yaml=(ROOT / "params.yaml").read_text().replace("cluster: local ", "cluster: testbed "))
     shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
@@ -320,7 +319,7 @@ def test_blocking_srun_form(slurm_testbed, tmp_path):
     from conftest import ROOT
 
     profile = tmp_path / "testbed-srun.yaml"
-    profile.write_text((ROOT / "orchestrator/profiles/testbed.yaml").read_text().replace("launcher: sbatch", "launcher: srun"))
+    profile.write_text((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text().replace("launcher: sbatch", "launcher: srun"))
     project = probe_project(tmp_path / "p", [(2, 2)])
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["orchestrator"]["cluster"] = str(profile)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from click.testing import CliRunner
-
 from fakes import FakeRunner, ok
-from orchestrator import ledger, status
+
 from orchestrator.cli import main
-from orchestrator.slurm import State
+from orchestrator.jobs import ledger, status
+from orchestrator.slurm.states import State
 
 
 def record(item, job_id, state=State.RUNNING, backend="slurm", log=None):

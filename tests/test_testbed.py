@@ -9,8 +9,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from orchestrator import profile, slurmtime
-from orchestrator import testbed as tb
+from orchestrator.config import profile
+from orchestrator.slurm import times
+from orchestrator.testbed import cluster as tb
 
 S = tb.Settings(hostname="host")
 PROFILE = profile.load("testbed").profile
@@ -38,7 +39,7 @@ def test_settings_match_the_testbed_profile():
     assert S.cluster_name == sched.cluster_name
     assert S.partition == sched.default_partition
     part = sched.partitions[S.partition]
-    assert slurmtime.seconds(S.max_time) == slurmtime.seconds(part.max_time)
+    assert times.seconds(S.max_time) == times.seconds(part.max_time)
     assert len(S.nodes) == part.max_nodes
     assert S.exclusive == part.whole_node
     assert (S.cores, S.gpus) == (node.cores * node.threads_per_core, node.gpus)

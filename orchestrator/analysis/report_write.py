@@ -1,0 +1,385 @@
+"""Writing the scaling report: DVC plots data, figures, ``report.html`` and ``summary.md``.
+
+Into the output folder (``reports/`` by default):
+
+- ``plots/scaling/<series>.csv`` (gpus, config, throughput, speedup, ideal_speedup,
+  efficiency) and ``plots/energy.csv``: data series for ``dvc plots show/diff``;
+- ``figures/*.png``: the same figures the page shows (DVC renders images as plots too);
+- ``report.json``: per item, what the report computed (a DVC metrics file);
+- ``report.html``: one static page, figures embedded as base64 PNG, no scripts, fonts
+  or anything else fetched: it opens from disk without a network;
+- ``summary.md``: the tables in Markdown, for a pull request.
+
+Missing values are written as "—" (empty cells in the CSV files), never as 0.
+matplotlib is imported only in :func:`figures`, when a report is drawn.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.analysis.report import Report, Row, Series, metrics_of
+
+DASH = "—"
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # file stem
+    title: str
+    png: bytes
+
+
+def write(report: Report, out: Path) -> list[Path]:
+    """Write every output (replacing the files an earlier report wrote); returns their paths."""
+    figs = figures(report)
+    plots, figdir = out / "plots", out / "figures"
+    # Only our own earlier files go: --out may name a folder that holds other things.
+    for old in [*plots.glob("scaling/*.csv"), *plots.glob("energy.csv"), *figdir.glob("*.png")]:
+        old.unlink()
+    written = [_write(plots / "scaling" / f"{slug(s.name)}.csv", _csv(_scaling_rows(s))) for s in report.series if _scaling_rows(s)]
+    # Every run, an unknown energy left empty: the file is a declared DVC plot, so it
+    # exists even when no run has an energy figure (a local CPU run).
+    energy_rows = [_energy_row(s, r) for s in report.series for r in s.rows]
+    if energy_rows:
+        written.append(_write(plots / "energy.csv", _csv(energy_rows)))
+    written += [_write(figdir / f"{f.name}.png", f.png) for f in figs]
+    written.append(_write(out / "report.json", json.dumps(metrics_of(report), indent=2, sort_keys=True) + "\n"))
+    written.append(_write(out / "summary.md", markdown(report)))
+    written.append(_write(out / "report.html", page(report, figs)))
+    return written
+
+
+def slug(name: str) -> str:
+    return _SLUG.sub("-", name).strip("-") or "series"
+
+
+def _write(path: Path, data: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+    return path
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    return buf.getvalue()
+
+
+def _scaling_rows(s: Series) -> list[dict]:
+    return [
+        {
+            "gpus": r.gpus,
+            "config": r.config,
+            "throughput": r.throughput,
+            "speedup": r.scaled.speedup,
+            "ideal_speedup": r.scaled.ideal,
+            "efficiency": r.scaled.efficiency,
+        }
+        for r in s.rows
+        if r.scaled.speedup is not None
+    ]
+
+
+def _energy_row(s: Series, r: Row) -> dict:
+    return {
+        "item": r.item,
+        "series": s.name,
+        "config": r.config,
+        "gpus": r.gpus,
+        "energy_kwh": r.energy.kwh,
+        "emissions_kg": r.emissions.kg,
+        "energy_source": r.energy.source,
+    }
+
+
+# --- formatting --------------------------------------------------------------------
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return DASH if value is None else f"{value:{spec}}{suffix}"
+
+
+def _software(r: Row) -> str:
+    torch, lightning = r.metric("torch_version"), r.metric("lightning_version")
+    parts = [f"torch {torch}" if torch else None, f"Lightning {lightning}" if lightning else None]
+    return ", ".join(p for p in parts if p) or DASH
+
+
+def _extra_columns(s: Series) -> list[tuple[str, Callable[[Row], str]]]:
+    """Columns only some experiments have (the LM's data wait and peak memory)."""
+    cols: list[tuple[str, Callable[[Row], str]]] = []
+    if any(isinstance(r.metric("data_wait_share"), (int, float)) for r in s.rows):
+        cols.append(("data wait", lambda r: _fmt(_num(r.metric("data_wait_share")), ".1%")))
+    if any(isinstance(r.metric("peak_memory_bytes"), (int, float)) for r in s.rows):
+        cols.append(("peak memory (GB)", lambda r: _fmt(None if _num(r.metric("peak_memory_bytes")) is None else r.metric("peak_memory_bytes") / 1e9, ".3g")))
+    return cols
+
+
+def _num(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def table(s: Series) -> tuple[list[str], list[list[str]]]:
+    """The series' table: header and rows of text, missing values as a dash."""
+    extra = _extra_columns(s)
+    header = ["config", "GPUs", s.unit or "throughput", "speedup", "efficiency", "step time (s)", "MFU"]
+    header += [name for name, _ in extra] + ["energy (kWh)", "energy source", "CO2e (kg)", "hardware", "software"]
+    rows = []
+    for r in s.rows:
+        cells = [
+            r.config + (" (missing)" if r.run.missing else ""),
+            _fmt(r.gpus, "d"),
+            _fmt(r.throughput, ",.4g"),
+            _fmt(r.scaled.speedup, ".2f", "x"),
+            _fmt(r.scaled.efficiency, ".0%"),
+            _fmt(r.step_time_s, ".3g"),
+            _fmt(r.mfu, ".1%"),
+        ]
+        cells += [fn(r) for _, fn in extra]
+        hardware = DASH if r.run.missing else f"{r.profile} · {r.device}"  # a missing run says nothing of where it would run
+        cells += [_fmt(r.energy.kwh, ".3g"), r.energy.source or DASH, _fmt(r.emissions.kg, ".3g"), hardware, _software(r)]
+        rows.append(cells)
+    return header, rows
+
+
+def _mode(s: Series) -> str:
+    batch = next((r.metric("batch_size") for r in s.rows if r.metric("batch_size") is not None), None)
+    return {
+        "weak": f"weak scaling (per-device batch {batch} fixed, global batch grows)",
+        "strong": "strong scaling (global batch fixed)",
+        "mixed": "mixed: neither the per-device nor the global batch is fixed; efficiency = throughput per device vs the baseline",
+        "single": "one GPU count: nothing to scale against",
+    }[s.mode]
+
+
+def _series_lines(s: Series) -> list[str]:
+    lines = [f"{_mode(s)}; baseline {s.baseline or DASH}"]
+    lines += [f"MFU {note}" for note in sorted({r.mfu_note for r in s.rows if r.mfu is not None})]
+    lines += list(s.notes)
+    missing = [r for r in s.rows if r.run.missing]
+    lines += [f"missing: {r.config} ({r.item}): {r.run.problem}" for r in missing]
+    return lines
+
+
+def _provenance_lines(s: Series) -> list[str]:
+    lines = []
+    for r in s.rows:
+        p = r.run.provenance
+        if not p:
+            lines.append(f"{r.config} ({r.item}): no provenance.json")
+            continue
+        commit = str(p.get("git_commit") or DASH)[:12] + (" (dirty)" if p.get("git_dirty") else "")
+        lines.append(
+            f"{r.config} ({r.item}): job {p.get('job_id', DASH)} ({p.get('backend', DASH)}, profile {p.get('profile', DASH)}), "
+            f"nodes {p.get('nodelist') or p.get('nodes') or DASH}, elapsed {p.get('elapsed_s', DASH)} s, requeues {p.get('requeues', 0)}, commit {commit}"
+        )
+    return lines
+
+
+def _energy_lines(s: Series) -> list[str]:
+    return [f"{r.config} ({r.item}): {r.energy.source or 'no energy'}: {r.energy.note}; emissions: {r.emissions.note}" for r in s.rows if not r.run.missing]
+
+
+# --- Markdown ----------------------------------------------------------------------
+
+
+def markdown(report: Report) -> str:
+    out = [f"## Scaling report ({len(report.rows)} runs, {len(report.missing)} missing)", ""]
+    profiles = sorted({r.profile for r in report.rows if not r.run.missing})
+    out += [f"Profile(s): {', '.join(profiles) or DASH}. Written by `orchestrator report`; a dash is a missing value.", ""]
+    for s in report.series:
+        header, rows = table(s)
+        out += [f"### {s.name}", ""]
+        out += [f"- {_md(line)}" for line in _series_lines(s)] + [""]
+        out += ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+        out += ["", "<details><summary>Energy: where each value comes from</summary>", ""]
+        out += [f"- {_md(line)}" for line in _energy_lines(s)] + ["", "</details>", ""]
+    if report.notes:
+        out += ["### Notes", ""] + [f"- {_md(n)}" for n in report.notes] + [""]
+    return "\n".join(out)
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+# --- HTML --------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1200px; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
+th { background: #f0f0f0; } td:first-child, td:nth-last-child(-n+2) { text-align: left; }
+tr.missing td { color: #a00; background: #fff4f4; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+.notes li { margin: 0.2em 0; } details { margin: 0.5em 0 1.5em; }
+"""
+
+
+def page(report: Report, figs: Iterable[Figure]) -> str:
+    """The whole page: inline CSS, inline images, no scripts."""
+    e = html.escape
+    figs = list(figs)
+    profiles = ", ".join(sorted({r.profile for r in report.rows if not r.run.missing})) or DASH
+    counts = f"{len(report.rows)} runs, {len(report.missing)} missing (shown as {DASH}, never as 0)"
+    body = [f"<h1>Scaling report</h1><p>{counts}. Runs' profiles: {e(profiles)}; the matrix as resolved for {e(report.cluster)}.</p>"]
+    for s in report.series:
+        header, rows = table(s)
+        body.append(f"<h2>{e(s.name)}</h2><ul class='notes'>" + "".join(f"<li>{e(line)}</li>" for line in _series_lines(s)) + "</ul>")
+        body.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
+        for r, cells in zip(s.rows, rows, strict=True):
+            cls = " class='missing'" if r.run.missing else ""
+            body.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
+        body.append("</table>")
+        for f in figs:
+            if f.name.endswith(f"-{slug(s.name)}"):
+                body.append(_img(f))
+        body.append("<details><summary>Energy: where each value comes from</summary><ul>" + "".join(f"<li>{e(x)}</li>" for x in _energy_lines(s)) + "</ul></details>")
+        body.append("<details><summary>Provenance: jobs, nodes, code</summary><ul>" + "".join(f"<li>{e(x)}</li>" for x in _provenance_lines(s)) + "</ul></details>")
+    for f in figs:
+        if f.name == "energy":
+            body.append("<h2>Energy</h2>" + _img(f))
+    if report.notes:
+        body.append("<h2>Notes</h2><ul class='notes'>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>Scaling report</title>"
+        f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def _img(f: Figure) -> str:
+    data = base64.b64encode(f.png).decode()
+    return f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(f.title)}'><figcaption>{html.escape(f.title)}</figcaption></figure>"
+
+
+# --- figures -----------------------------------------------------------------------
+
+
+def figures(report: Report) -> list[Figure]:
+    """Every figure that has data to show (none is drawn empty)."""
+    from matplotlib.figure import Figure as MplFigure  # here only: the report path alone needs it
+
+    out = []
+    for s in report.series:
+        name = slug(s.name)
+        if any(r.scaled.speedup is not None for r in s.rows):
+            out.append(Figure(f"scaling-{name}", f"{s.name}: throughput, speedup and efficiency", _png(_scaling(MplFigure, s))))
+        if any(r.step_time_s is not None for r in s.rows):
+            out.append(Figure(f"steptime-{name}", f"{s.name}: step time per configuration", _png(_steptime(MplFigure, s))))
+        curves = sorted({c for r in s.rows for c in r.run.curves if "loss" in c})
+        if curves:
+            out.append(Figure(f"loss-{name}", f"{s.name}: loss curves", _png(_loss(MplFigure, s, curves))))
+    if any(r.energy.kwh is not None for r in report.rows):
+        out.append(Figure("energy", "Energy and emissions per run", _png(_energy(MplFigure, report))))
+    return out
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    # No "Software" stamp: the same data gives the same bytes, so DVC sees no change.
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _gpu_axis(ax, gpus: list[int]) -> None:
+    if gpus and max(gpus) >= 4 * max(1, min(gpus)):
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(gpus)))
+    ax.set_xticklabels([str(g) for g in sorted(set(gpus))])
+    ax.set_xlabel("GPUs")
+    ax.grid(True, alpha=0.3)
+
+
+def _scaling(MplFigure, s: Series):
+    rows = [r for r in s.rows if r.scaled.speedup is not None]  # a throughput and a GPU count
+    gpus = [r.gpus or 0 for r in rows]
+    fig = MplFigure(figsize=(12, 3.4), layout="constrained")
+    ax1, ax2, ax3 = fig.subplots(1, 3)
+    base = next(r for r in rows if r.config == s.baseline)
+    ax1.plot(gpus, [r.throughput for r in rows], "o-", label="measured")
+    ax1.plot(gpus, [base.throughput * r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
+    ax1.set_ylabel(s.unit or "throughput")
+    ax2.plot(gpus, [r.scaled.speedup for r in rows], "o-", label="measured")
+    ax2.plot(gpus, [r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
+    ax2.set_ylabel(f"speedup vs {s.baseline}")
+    ax3.plot(gpus, [100 * r.scaled.efficiency for r in rows], "o-")
+    ax3.axhline(100, ls="--", color="grey")
+    ax3.set_ylabel(f"{s.mode} scaling efficiency (%)")
+    ax3.set_ylim(0, 1.1 * max(100, *(100 * r.scaled.efficiency for r in rows)))
+    for ax in (ax1, ax2, ax3):
+        _gpu_axis(ax, gpus)
+    ax1.legend(loc="best", fontsize="small")
+    ax2.legend(loc="best", fontsize="small")
+    for r in rows:
+        ax1.annotate(r.config, (r.gpus, r.throughput), textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+    return fig
+
+
+def _steptime(MplFigure, s: Series):
+    rows = [r for r in s.rows if r.step_time_s is not None]
+    keys = sorted({k for r in rows for k in r.breakdown})
+    fig = MplFigure(figsize=(8, 3.4), layout="constrained")
+    ax = fig.subplots()
+    bars = [("mean step time", [r.step_time_s for r in rows])] + [(k.removeprefix("profile_"), [r.breakdown.get(k) for r in rows]) for k in keys]
+    width = 0.8 / len(bars)
+    for i, (label, values) in enumerate(bars):
+        xs = [j + i * width for j, v in enumerate(values) if v is not None]
+        ax.bar(xs, [v for v in values if v is not None], width, label=label)
+    ax.set_xticks([j + width * (len(bars) - 1) / 2 for j in range(len(rows))])
+    ax.set_xticklabels([r.config for r in rows])
+    ax.set_xlabel("configuration (nodes x GPUs per node)")
+    ax.set_ylabel("seconds" if not keys else "seconds per step (profiled window by category)")
+    ax.legend(loc="best", fontsize="small")
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig
+
+
+def _loss(MplFigure, s: Series, curves: list[str]):
+    fig = MplFigure(figsize=(min(12, 4.5 * len(curves)), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(curves), squeeze=False)[0]
+    for ax, name in zip(axes, curves, strict=True):
+        for r in s.rows:
+            points = r.run.curves.get(name)
+            if points:
+                steps, values = zip(*points, strict=True)
+                ax.plot(steps, values, "o-" if len(points) < 3 else "-", label=r.config, markersize=4)
+        ax.set_title(name, fontsize="medium")
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def _energy(MplFigure, report: Report):
+    rows = [(s, r) for s in report.series for r in s.rows if r.energy.kwh is not None]
+    fig = MplFigure(figsize=(max(6, 0.9 * len(rows) + 2), 3.6), layout="constrained")
+    ax = fig.subplots()
+    colors = {"accounting": "tab:green", "sampled": "tab:blue", "estimate": "tab:orange"}
+    for i, (_, r) in enumerate(rows):
+        ax.bar(i, r.energy.kwh, color=colors[r.energy.source], hatch="//" if r.energy.source == "estimate" else None, label=r.energy.source)
+        if r.emissions.kg is not None:
+            ax.annotate(f"{r.emissions.kg:.3g} kg CO2e", (i, r.energy.kwh), ha="center", va="bottom", fontsize="x-small")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{r.config}\n{slug(s.name)[-18:]}" if len(report.series) > 1 else r.config for s, r in rows], fontsize="small")
+    ax.set_ylabel("energy (kWh)")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), loc="best", fontsize="small", title="source")
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig

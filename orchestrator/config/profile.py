@@ -1,0 +1,348 @@
+"""Cluster profiles: the facts about a cluster, as data.
+
+A profile is a YAML file (the built-in ones ship in ``orchestrator/config/profiles``)
+turned once into frozen dataclasses, then checked for meaning (partitions exist,
+times parse, the topology is consistent). ``--cluster`` takes a built-in name or
+a path; ``orchestrator clusters show NAME --format yaml`` prints the file a user
+copies, edits and passes back.
+
+Values that are only known on the compute node (``${USER}``, ``${SLURM_NODEID}``,
+``${SLURM_JOB_ACCOUNT}``) are written as ``${NAME}`` runtime templates; no other
+shell expansion is allowed in profile values (see :mod:`shell`). The container
+``setup`` lines are the one exception: they are shell code by design.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.config import binding
+from orchestrator.errors import ConfigError, ProfileError
+from orchestrator.slurm import times
+from orchestrator.util import patterns, yamlio
+
+BUILTIN_DIR = Path(__file__).parent / "profiles"
+# Variables an outer container leaks into everything started from it (seed 000's
+# `export SINGULARITY_BIND=;`); APPTAINER_BIND even overrides SINGULARITY_BIND.
+LEAKED_CONTAINER_VARS = tuple(
+    f"{prefix}_{name}"
+    for prefix in ("APPTAINER", "SINGULARITY")
+    for name in ("BIND", "BINDPATH", "CONTAINER", "NAME", "ENVIRONMENT", "COMMAND", "APPNAME")
+)
+_SIGNAL = re.compile(r"(SIG)?([A-Z0-9]+)@(\d+)")
+
+
+@dataclass(frozen=True)
+class Partition:
+    max_nodes: int
+    max_time: str
+    whole_node: bool = False  # allocations are whole nodes, so CPU masks apply
+    qos: str | None = None
+    constraint: str | None = None
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    kind: Literal["slurm", "none"]
+    launcher: Literal["sbatch", "srun", "local"] = "sbatch"
+    cluster_name: str | None = None  # Slurm's ClusterName on this cluster
+    account_pattern: str = ".+"  # regular expression an account must match in full
+    account_example: str | None = None
+    default_partition: str | None = None
+    default_time: str = "01:00:00"
+    # Sent to every task this long before the time limit: the training checkpoints
+    # and exits 75, and the job script requeues the job (up to max_requeues times).
+    requeue_signal: str | None = "USR1@90"
+    max_requeues: int = 3
+    # A job that fails because of a node (Slurm's NODE_FAIL, or an interconnect error in
+    # its log) is submitted again without that node, this many times, waiting
+    # retry_backoff_s, then twice that, and so on, in between.
+    node_fault_retries: int = 2
+    retry_backoff_s: float = 60.0
+    partitions: dict[str, Partition] = field(default_factory=dict)
+    # Where the small job that records a detached submit's results runs (a cheap
+    # CPU partition); None: run `dvc repro` yourself when the jobs end.
+    service_partition: str | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    model: str
+    memory_gb: float
+    peak_tflops_bf16: float | None = None  # per device, dense; used for MFU
+    # Per device, W: the board's power limit (TDP), for energy estimates when nothing was
+    # measured. Training rarely draws all of it, so such an estimate leans high.
+    power_w: float | None = None
+
+
+@dataclass(frozen=True)
+class Node:
+    cores: int
+    threads_per_core: int = 1
+    reserved_cores: str = ""  # cpulist of cores jobs may not use (low-noise mode)
+    gpus: int = 0
+    gpu_cores: tuple[str, ...] = ()  # per GPU: cpulist of its closest cores
+    cpu_masks: tuple[yamlio.Hex, ...] | None = None  # explicit masks, one per GPU, instead of deriving
+    gpu: Gpu | None = None
+    memory_gb: float | None = None
+    # Per GPU, one direction, GB/s (nominal; `orchestrator plan`'s communication model):
+    # to its peers inside the node, and its share of the node's network injection.
+    intra_node_gbps: float | None = None
+    inter_node_gbps: float | None = None
+
+    @cached_property
+    def reserved(self) -> frozenset[int]:
+        return binding.parse_cpulist(self.reserved_cores) if self.reserved_cores else frozenset()
+
+    @property
+    def logical_cpus(self) -> int:
+        return self.cores * self.threads_per_core
+
+    def binding(self, tasks: int) -> binding.Binding:
+        """CPU masks for ``tasks`` tasks per node (explicit ones win over derived)."""
+        if self.cpu_masks is not None:
+            return binding.Binding(tuple(binding.cores_of(m) for m in self.cpu_masks[:tasks]))
+        gpu_cores = [binding.parse_cpulist(c) for c in self.gpu_cores]
+        return binding.derive(gpu_cores, self.reserved, tasks)
+
+
+@dataclass(frozen=True)
+class Container:
+    runtime: Literal["apptainer", "singularity"] | None = None  # None: run on the host
+    image: str | None = None  # runtime template, e.g. /project/${SLURM_JOB_ACCOUNT}/x.sif
+    gpu_flag: str | None = None  # --rocm or --nv
+    binds: tuple[str, ...] = ()  # always bound (site libraries, file systems)
+    setup: tuple[str, ...] = ()  # shell lines run inside the container first
+    push_host: str | None = None  # [user@]host that `container build --push` copies the image to
+
+
+@dataclass(frozen=True)
+class Environment:
+    variables: dict[str, str] = field(default_factory=dict)  # name -> runtime template
+    node_local_dirs: tuple[str, ...] = ()  # variables naming directories made on each node
+    unset: tuple[str, ...] = ()  # removed before launch, besides the leaked container ones
+    master_addr_suffix: str = ""  # JUWELS: the first node's name + "i" is its InfiniBand address
+
+
+@dataclass(frozen=True)
+class Storage:
+    workdir_root: str | None = None  # fast storage for the job's working dir (runtime template)
+    # True when workdir_root is a disk of each node (a job's inputs are copied to every
+    # node), False for a file system all nodes share (copied once, by the batch script).
+    node_local: bool = False
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where the cluster draws its power, for emissions = energy x PUE x carbon intensity.
+
+    Both are the site's published or assumed figures (``source`` says which);
+    ``orchestrator report --pue/--carbon-intensity`` override them. Unset: the
+    report shows emissions as missing rather than guessing.
+    """
+
+    pue: float | None = None  # power usage effectiveness: facility energy / IT energy, >= 1
+    carbon_intensity_g_per_kwh: float | None = None  # grams CO2e per kWh the site draws
+    source: str | None = None  # where the two numbers come from (printed in the report)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    scheduler: Scheduler
+    node: Node
+    container: Container = Container()
+    environment: Environment = Environment()
+    storage: Storage = Storage()
+    site: Site = Site()
+
+    @property
+    def uses_slurm(self) -> bool:
+        return self.scheduler.kind == "slurm"
+
+    @property
+    def requeue_signal_name(self) -> str | None:
+        """The bare signal name tasks trap (``USR1`` for ``SIGUSR1@90``)."""
+        m = _SIGNAL.fullmatch(self.scheduler.requeue_signal or "")
+        return m.group(2) if m else None
+
+
+@dataclass(frozen=True)
+class LoadedProfile:
+    """A profile together with where it came from (for headers and provenance)."""
+
+    profile: Profile
+    source: str  # "built-in" or the path it was read from
+    text: str  # the YAML text, for `clusters show --format yaml`
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def load(name_or_path: str) -> LoadedProfile:
+    """Load a built-in profile by name, or a profile file by path."""
+    path = Path(name_or_path)
+    looks_like_path = path.suffix in (".yaml", ".yml") or "/" in name_or_path or path.is_file()
+    if looks_like_path:
+        if not path.is_file():
+            raise ProfileError(f"profile file {name_or_path} does not exist")
+        return _load_file(path, source=str(path))
+    builtin = BUILTIN_DIR / f"{name_or_path}.yaml"
+    if not builtin.is_file():
+        raise ProfileError(
+            f"unknown cluster {name_or_path!r}",
+            hints=[f"built-in profiles: {', '.join(builtin_names())}", "or pass the path to a profile file (see `orchestrator clusters show NAME --format yaml`)"],
+        )
+    return _load_file(builtin, source="built-in")
+
+
+def _load_file(path: Path, source: str) -> LoadedProfile:
+    text = path.read_text(encoding="utf-8")
+    data = yamlio.load_text(text, str(path))
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: a profile is a mapping of keys (name, scheduler, node, ...)")
+    try:
+        profile = yamlio.structure(data, Profile, f"profile {path}")
+    except ConfigError as exc:
+        raise ProfileError(exc.headline, exc.problems) from exc
+    found = problems(profile)
+    if found:
+        raise ProfileError(f"profile {path} is invalid", found)
+    return LoadedProfile(profile, source, text)
+
+
+def problems(p: Profile) -> list[str]:
+    """Everything wrong with a profile's meaning (its shape is checked by structuring)."""
+    found: list[str] = []
+    s, n = p.scheduler, p.node
+    try:
+        re.compile(s.account_pattern)
+    except re.error as exc:
+        found.append(f"scheduler.account_pattern {s.account_pattern!r} is not a regular expression: {exc}")
+    if s.kind == "slurm":
+        if s.launcher == "local":
+            found.append("scheduler.launcher: 'local' is for profiles without Slurm (kind: none); use sbatch or srun")
+        if not s.partitions:
+            found.append("scheduler.partitions: a Slurm profile needs at least one partition")
+        if s.default_partition not in s.partitions:
+            found.append(f"scheduler.default_partition {s.default_partition!r} is not one of: {', '.join(s.partitions) or '(none)'}")
+    elif s.launcher != "local":
+        found.append(f"scheduler.launcher: a profile without Slurm (kind: none) runs jobs locally; use 'local', not {s.launcher!r}")
+    for what, value in [("scheduler.default_time", s.default_time)] + [(f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()]:
+        if not times.is_valid(value):
+            found.append(f"{what}: {value!r} is not a Slurm time ({times.FORMS_HELP})")
+    if s.requeue_signal is not None and not _SIGNAL.fullmatch(s.requeue_signal):
+        found.append(f"scheduler.requeue_signal {s.requeue_signal!r}: expected SIGNAL@SECONDS such as USR1@90 (every task gets it, so no B:)")
+    if s.max_requeues < 0:
+        found.append("scheduler.max_requeues must be 0 or more")
+    if s.node_fault_retries < 0:
+        found.append("scheduler.node_fault_retries must be 0 or more")
+    if not s.retry_backoff_s >= 0:
+        found.append("scheduler.retry_backoff_s must be 0 or more seconds")
+    if s.service_partition is not None and not patterns.DIRECTIVE_SAFE.fullmatch(s.service_partition):
+        found.append(f"scheduler.service_partition {s.service_partition!r} has characters Slurm directives cannot carry")
+    for key, part in s.partitions.items():
+        for what, value in [("name", key), ("qos", part.qos), ("constraint", part.constraint)]:
+            if value is not None and not patterns.DIRECTIVE_SAFE.fullmatch(value):
+                found.append(f"scheduler.partitions.{key}: {what} {value!r} has characters Slurm directives cannot carry")
+        if part.max_nodes < 1:
+            found.append(f"scheduler.partitions.{key}.max_nodes must be at least 1")
+    found += _node_problems(n)
+    found += _environment_problems(p)
+    found += _site_problems(p)
+    return found
+
+
+def _site_problems(p: Profile) -> list[str]:
+    """The figures energy, emissions and MFU are computed from: the site's and the device's."""
+    found: list[str] = []
+    if p.site.pue is not None and not p.site.pue >= 1:
+        found.append(f"site.pue {p.site.pue:g}: a PUE is facility energy / IT energy, so at least 1")
+    if p.site.carbon_intensity_g_per_kwh is not None and not p.site.carbon_intensity_g_per_kwh >= 0:
+        found.append(f"site.carbon_intensity_g_per_kwh {p.site.carbon_intensity_g_per_kwh:g}: must be 0 or more")
+    gpu = p.node.gpu
+    if gpu is not None and gpu.power_w is not None and not gpu.power_w > 0:
+        found.append(f"node.gpu.power_w {gpu.power_w:g}: must be more than 0 (leave it out when unknown)")
+    if gpu is not None and gpu.peak_tflops_bf16 is not None and not gpu.peak_tflops_bf16 > 0:
+        found.append(f"node.gpu.peak_tflops_bf16 {gpu.peak_tflops_bf16:g}: must be more than 0 (leave it out when unknown)")
+    return found
+
+
+def _node_problems(n: Node) -> list[str]:
+    found: list[str] = []
+    if n.cores < 1 or n.threads_per_core < 1 or n.gpus < 0:
+        found.append("node: cores and threads_per_core must be at least 1, gpus at least 0")
+        return found
+    try:
+        reserved = n.reserved
+    except ValueError as exc:
+        return [f"node.reserved_cores: {exc}"]
+    if any(c >= n.cores for c in reserved):
+        found.append(f"node.reserved_cores {n.reserved_cores!r} names cores beyond the node's {n.cores}")
+    if n.cpu_masks is not None:
+        if len(n.cpu_masks) != n.gpus:
+            found.append(f"node.cpu_masks: {len(n.cpu_masks)} mask(s) for {n.gpus} GPU(s); give one mask per GPU (= per task)")
+        for i, m in enumerate(n.cpu_masks):
+            try:
+                binding.cores_of(m)
+            except ValueError as exc:
+                found.append(f"node.cpu_masks[{i}]: {exc}")
+    elif n.gpus:
+        if len(n.gpu_cores) != n.gpus:
+            found.append(f"node.gpu_cores: {len(n.gpu_cores)} entr(ies) for {n.gpus} GPU(s); list the closest cores of every GPU, or give cpu_masks")
+        for i, c in enumerate(n.gpu_cores):
+            try:
+                cores = binding.parse_cpulist(c)
+            except ValueError as exc:
+                found.append(f"node.gpu_cores[{i}]: {exc}")
+                continue
+            if any(x >= n.cores for x in cores):
+                found.append(f"node.gpu_cores[{i}] {c!r} names cores beyond the node's {n.cores}")
+    return found
+
+
+def _environment_problems(p: Profile) -> list[str]:
+    e = p.environment
+    found: list[str] = []
+    for name in [*e.variables, *e.node_local_dirs, *e.unset]:
+        if not patterns.ENV_NAME.fullmatch(name):
+            found.append(f"environment: {name!r} is not a valid variable name")
+    for name in e.node_local_dirs:
+        if name not in e.variables:
+            found.append(f"environment.node_local_dirs: {name} is not set under environment.variables")
+    templates = [(f"environment.variables.{k}", v) for k, v in e.variables.items()]
+    templates += [("container.image", p.container.image), ("storage.workdir_root", p.storage.workdir_root)]
+    templates += [(f"container.binds[{i}]", b) for i, b in enumerate(p.container.binds)]
+    for what, value in templates:
+        if value is not None:
+            found += [f"{what}: {msg}" for msg in patterns.runtime_problems(value)]
+    if p.container.push_host is not None and not re.fullmatch(r"([A-Za-z0-9._-]+@)?[A-Za-z0-9._-]+", p.container.push_host):
+        found.append(f"container.push_host {p.container.push_host!r}: expected [user@]host (an alias from your ssh config works)")
+    if p.container.image and not p.container.runtime:
+        found.append("container.image is set but container.runtime is not (apptainer or singularity)")
+    for name in e.variables:
+        if _SECRET_NAME.search(name):
+            found.append(f"environment.variables.{name}: looks like a secret, and a profile's values are written into every script: list it in params.yaml's orchestrator.secrets instead (passed by name)")
+    if e.master_addr_suffix and not re.fullmatch(r"[A-Za-z0-9.-]+", e.master_addr_suffix):
+        found.append(f"environment.master_addr_suffix {e.master_addr_suffix!r}: expected host name characters (letters, digits, '.', '-')")
+    if p.container.gpu_flag not in (None, "--nv", "--rocm"):
+        found.append(f"container.gpu_flag {p.container.gpu_flag!r}: expected --nv or --rocm")
+    return found
+
+
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def to_yaml(p: Profile) -> str:
+    """The profile as YAML (used for profiles built in code; files print their own text)."""
+    return yamlio.dump(yamlio.unstructure(p))

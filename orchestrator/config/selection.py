@@ -1,0 +1,50 @@
+"""The active cluster profile: which one, and adjusted to the machine it describes.
+
+The one place that looks at the environment to choose a profile (the plan
+itself never does): ``--cluster``, else params.yaml's ``orchestrator.cluster``
+(unless ``auto``), else the built-in profile whose ``cluster_name`` is this
+Slurm's ClusterName, else ``local``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from orchestrator.config import params, profile
+from orchestrator.slurm import config as slurm_config
+from orchestrator.util.runner import Runner
+
+
+def select_cluster(cli_value: str | None, prm: params.Params, runner: Runner) -> str:
+    """--cluster, else params.yaml's orchestrator.cluster (unless "auto"), else the
+    profile whose cluster_name is this Slurm's ClusterName, else local."""
+    chosen = cli_value or prm.settings.cluster
+    if chosen and chosen != "auto":
+        return chosen
+    detected = detect_cluster(runner)
+    return detected or params.DEFAULT_CLUSTER
+
+
+def detect_cluster(runner: Runner) -> str | None:
+    config, _ = slurm_config.read(runner, timeout=15)  # no answer: not on a working Slurm
+    name = config.get("ClusterName") if config else None
+    if not name:
+        return None
+    for builtin in profile.builtin_names():
+        if profile.load(builtin).profile.scheduler.cluster_name == name:
+            return builtin
+    return None
+
+
+def machine_profile(loaded: profile.LoadedProfile) -> profile.LoadedProfile:
+    """The local profile describes this machine: its real core count, not the file's."""
+    p = loaded.profile
+    if p.uses_slurm:
+        return loaded
+    node = dataclasses.replace(p.node, cores=os.cpu_count() or p.node.cores)
+    return dataclasses.replace(loaded, profile=dataclasses.replace(p, node=node))
+
+
+def load_profile(name: str) -> profile.LoadedProfile:
+    return machine_profile(profile.load(name))

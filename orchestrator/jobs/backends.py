@@ -1,0 +1,278 @@
+"""Backends: how a rendered script becomes a running job, behind one small interface.
+
+* :class:`ProcessBackend` runs the script as a child process: the ``local`` form
+  on this machine, and the seed's blocking ``srun`` form (srun allocates and
+  waits inside the script).
+* :class:`SbatchBackend` submits the ``sbatch`` form and follows the job with
+  one ``sacct`` query for all jobs per poll (``squeue`` when accounting lags).
+
+Every command is an argv list run through a :class:`~orchestrator.runner.Runner`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.jobs import ledger
+from orchestrator.scripts.plan import Plan
+from orchestrator.slurm import commands, states
+from orchestrator.slurm import config as slurm_config
+from orchestrator.slurm.states import JobInfo, State
+from orchestrator.util.runner import Runner
+
+
+class SchedulerError(OrchestratorError):
+    """The scheduler refused a job or cannot be reached."""
+
+
+class Refused(SchedulerError):
+    """The scheduler answered and said no: no job was made."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    log: str  # relative to the workspace
+
+
+class Backend(Protocol):
+    name: str
+
+    def preflight(self, plan: Plan) -> list[str]: ...
+
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted: ...
+
+    def find(self, intent: ledger.Intent) -> str | None: ...
+
+    def unhealthy(self, nodes: Sequence[str]) -> list[str]: ...
+
+    def exclude(self, job_id: str, nodes: Sequence[str]) -> bool: ...
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]: ...
+
+    def cancel(self, job_ids: Sequence[str]) -> None: ...
+
+
+class ProcessBackend:
+    """Runs the script as our child; the job lives as long as this process."""
+
+    def __init__(self, root: Path, name: str = "local") -> None:
+        self.root = root
+        self.name = name
+        self._children: dict[str, subprocess.Popen] = {}
+        self._started: dict[str, float] = {}
+
+    def preflight(self, plan: Plan) -> list[str]:
+        return []
+
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted:
+        if after:
+            raise ValueError("a process backend runs jobs one at a time; it cannot wait for others")
+        # ``exclude`` means nothing here: the script runs where we are (or srun picks).
+        # Output goes to our stdout/stderr (DVC shows it); the script tees a log itself.
+        child = subprocess.Popen(["bash", str(script)], cwd=self.root)
+        job_id = f"{self.name}-{child.pid}"
+        self._children[job_id] = child
+        self._started[job_id] = time.monotonic()
+        return Submitted(job_id, plan.log.replace("%j", "local" if self.name == "local" else "%j"))
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        found = {}
+        for job_id in job_ids:
+            child = self._children.get(job_id)
+            if child is None:
+                # Not ours: a process of an earlier run of the orchestrator.
+                pid = int(job_id.rsplit("-", 1)[-1])
+                alive = _pid_alive(pid)
+                found[job_id] = JobInfo(job_id, State.RUNNING if alive else State.UNKNOWN, "process")
+                continue
+            rc = child.poll()
+            elapsed = int(time.monotonic() - self._started[job_id])
+            if rc is None:
+                found[job_id] = JobInfo(job_id, State.RUNNING, "process", elapsed_s=elapsed)
+            else:
+                state = State.COMPLETED if rc == 0 else State.FAILED
+                found[job_id] = JobInfo(job_id, state, "process", exit_code=rc, elapsed_s=elapsed, nodes=1, nodelist=socket.gethostname())
+        return found
+
+    def find(self, intent: ledger.Intent) -> str | None:
+        return None  # a child dies with the process that started it: nothing to adopt
+
+    def unhealthy(self, nodes: Sequence[str]) -> list[str]:
+        return []
+
+    def exclude(self, job_id: str, nodes: Sequence[str]) -> bool:
+        return False
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        for job_id in job_ids:
+            child = self._children.get(job_id)
+            if child and child.poll() is None:
+                child.terminate()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# squeue states of a run that is ending, not of a new run.
+_WINDING_DOWN = ("COMPLETING", "STAGE_OUT", "SIGNALING")
+
+
+class SbatchBackend:
+    name = "slurm"
+
+    def __init__(self, root: Path, runner: Runner, cluster_name: str | None) -> None:
+        self.root = root
+        self.runner = runner
+        self.cluster_name = cluster_name
+        self._checked: set[tuple[str | None, str | None]] = set()
+
+    def preflight(self, plan: Plan) -> list[str]:
+        """What would make the cluster refuse the job, found before submitting it."""
+        key = (plan.account, plan.partition)
+        if key in self._checked:
+            return []
+        problems = preflight(self.runner, self.cluster_name, plan.account)
+        if not problems:
+            self._checked.add(key)
+        return problems
+
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted:
+        argv = commands.sbatch_argv(str(script), plan.workspace, after, exclude)
+        done = self._run(argv, timeout=120)
+        if done.returncode != 0:
+            raise Refused(f"sbatch refused {plan.item}: {done.stderr.strip() or done.stdout.strip()}", hints=[f"command: {' '.join(argv)}"])
+        try:
+            job_id = commands.parse_sbatch(done.stdout)
+        except ValueError as exc:
+            raise SchedulerError(str(exc)) from exc
+        return Submitted(job_id, plan.log.replace("%j", job_id))
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        """One sacct call for all jobs; squeue fills in jobs sacct does not list yet."""
+        if not job_ids:
+            return {}
+        found: dict[str, JobInfo] = {}
+        sacct = self._run(commands.sacct_argv(job_ids), timeout=60)
+        if sacct.returncode == 0:
+            found = commands.parse_sacct(sacct.stdout)
+        # Ask the controller about jobs the database lacks, and about jobs it says
+        # ended: Slurm requeues a --requeue job whose node failed, and the database
+        # learns of the new run after a while (seen: NODE_FAIL listed as the last run
+        # while the job was pending again). The controller is right about jobs it holds.
+        ask = [j for j in job_ids if j not in found or found[j].state.final]
+        if ask:
+            try:
+                squeue = self._run(commands.squeue_argv(ask), timeout=60)
+            except SchedulerError:
+                if sacct.returncode != 0:
+                    raise
+                squeue = None  # the database answered: its word will do until the next poll
+            live = commands.parse_squeue(squeue.stdout) if squeue else {}  # squeue fails on unknown ids but may list the rest
+            for job_id, info in live.items():
+                ended = found.get(job_id)
+                if ended is None:
+                    found[job_id] = info
+                elif info.state.active and not info.slurm_state.startswith(_WINDING_DOWN):
+                    # Running again: the run the database saw end was an earlier run.
+                    failed_on = (ended.nodelist,) if states.node_failed(ended.slurm_state) and ended.nodelist else ()
+                    found[job_id] = dataclasses.replace(info, requeues=ended.requeues + 1, node_failures=ended.node_failures + failed_on)
+                # else the database's answer stands (squeue may still show the run finishing)
+            if squeue is not None and squeue.returncode != 0 and sacct.returncode != 0:
+                # Neither the database nor the controller answered: say so, so the
+                # caller waits and asks again (never mistaking it for a lost job).
+                why = (sacct.stderr or sacct.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise SchedulerError(f"sacct and squeue both failed: {why[0]}")
+        return {j: found[j] for j in job_ids if j in found}
+
+    def find(self, intent: ledger.Intent) -> str | None:
+        """The job a killed submission left behind: called ``intent.job_name``, in
+        ``intent.workdir``, not yet recorded. Only submissions holding the item's
+        lock make such jobs, so the newest match is the one. Both squeue (jobs Slurm
+        holds, at once) and sacct (jobs already ended) are asked; if neither answers,
+        SchedulerError: submitting blind could make a duplicate."""
+        user = getpass.getuser()
+        # An hour back: login node and controller clocks may disagree a little.
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(intent.written_at - 3600))
+        answered, found = False, []
+        for argv in (commands.squeue_named_argv(user, intent.job_name), commands.sacct_named_argv(user, intent.job_name, since)):
+            done = self._run(argv, timeout=60)
+            if done.returncode == 0:
+                answered = True
+                found += [job for job, workdir in commands.parse_named(done.stdout) if os.path.normpath(workdir) == os.path.normpath(intent.workdir)]
+        if not answered:
+            raise SchedulerError("cannot tell whether an interrupted submission reached Slurm: squeue and sacct both failed", hints=["run again when the controller answers"])
+        fresh = sorted({j for j in found if j not in intent.known}, key=int)
+        return fresh[-1] if fresh else None
+
+    def unhealthy(self, nodes: Sequence[str]) -> list[str]:
+        """Those of ``nodes`` Slurm calls down, drained or failing (none if it does not answer)."""
+        if not nodes:
+            return []
+        try:
+            done = self._run(commands.sinfo_nodes_argv(nodes), timeout=60)
+        except SchedulerError:
+            return []
+        return commands.parse_unhealthy(done.stdout) if done.returncode == 0 else []
+
+    def exclude(self, job_id: str, nodes: Sequence[str]) -> bool:
+        """Keep the (requeued, pending) job off ``nodes``; False if Slurm said no."""
+        try:
+            return self._run(commands.exclude_argv(job_id, nodes), timeout=60).returncode == 0
+        except SchedulerError:
+            return False
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            self._run(commands.scancel_argv(job_ids), timeout=60)
+
+    def _run(self, argv, timeout):
+        try:
+            return self.runner.run(argv, timeout=timeout)
+        except FileNotFoundError as exc:
+            raise SchedulerError(f"{argv[0]} is not installed here: is this a Slurm login node?") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SchedulerError(f"{argv[0]} did not answer within {timeout} s: is the Slurm controller up?") from exc
+
+
+def preflight(runner: Runner, cluster_name: str | None, account: str | None) -> list[str]:
+    """Controller reachable, ClusterName as the profile expects, account known."""
+    try:
+        ping = runner.run(["scontrol", "ping"], timeout=30)
+    except FileNotFoundError:
+        return ["scontrol is not installed here: Slurm profiles need a Slurm login node (or use --cluster local)"]
+    except subprocess.TimeoutExpired:
+        return ["the Slurm controller did not answer `scontrol ping` within 30 s"]
+    if ping.returncode != 0 or "DOWN" in ping.stdout:
+        return [f"the Slurm controller is unreachable: {(ping.stdout + ping.stderr).strip()}"]
+    problems = []
+    if cluster_name:
+        config, _ = slurm_config.read(runner)
+        actual = config.get("ClusterName") if config else None
+        if actual and actual != cluster_name:
+            problems.append(f"this Slurm's ClusterName is {actual!r}, but the profile is for {cluster_name!r}: pick the matching --cluster")
+    if account:
+        user = getpass.getuser()
+        assoc = runner.run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}", "format=account"], timeout=30)
+        if assoc.returncode == 0:
+            accounts = sorted({a.strip() for a in assoc.stdout.split() if a.strip()})
+            if accounts and account not in accounts:
+                problems.append(f"account {account!r} is not one of {user}'s accounts on this cluster: {', '.join(accounts)}")
+    return problems

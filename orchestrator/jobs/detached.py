@@ -1,0 +1,177 @@
+"""Detached runs: submit every stale orchestrated item at once, then leave.
+
+``dvc repro`` runs stages one after another, so a matrix of N jobs takes N job
+durations and needs a login-node process for all of it. ``orchestrator submit``
+instead submits every stale item (stale as DVC sees it, plus what depends on
+it) in one go, downstream items with ``--dependency=afterok`` on their upstream
+jobs, and returns. When the profile names a ``service_partition``, a last small
+job, dependent on all of them, runs ``dvc repro --keep-going`` in attach-only
+mode: every orchestrated stage attaches to its finished job (no resubmission),
+DVC records the items that succeeded, and plain downstream stages run. Without
+one, a ``dvc repro`` by hand does the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator import __version__
+from orchestrator.errors import OrchestratorError, PipelineError, PlanError
+from orchestrator.jobs import backends, foreground, ledger
+from orchestrator.pipeline import fingerprint
+from orchestrator.scripts import render
+from orchestrator.scripts.matrix import write_script
+from orchestrator.scripts.quoting import join as shell_join
+from orchestrator.scripts.workspace import SCRIPTS_DIR, Workspace
+from orchestrator.slurm import commands
+from orchestrator.slurm.states import State
+from orchestrator.util.runner import Runner
+
+RECORD_ITEM = "orchestrator:record"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    item: str
+    job_id: str
+    attached: bool
+    state: State
+    after: tuple[str, ...] = ()  # job ids it waits for
+
+
+def submit(
+    root: Path,
+    cluster: str | None,
+    runner: Runner,
+    targets: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+    now: Callable[[], float] | None = None,
+) -> list[Submitted]:
+    import time
+
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    now = now or time.time
+    ws = Workspace.open(root, cluster, runner, form="sbatch")
+    if not ws.profile.profile.uses_slurm:
+        raise OrchestratorError(
+            f"`orchestrator submit` queues jobs on Slurm; profile {ws.cluster!r} has no scheduler",
+            hints=["run the pipeline here with `dvc repro`, or pick a Slurm profile with --cluster"],
+        )
+    try:
+        with Repo(str(root)) as repo:
+            order, stale_plain = _stale_in_order(repo, ws, targets)
+            fps = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root))
+            prints = {name: fps.of(name) for name in order}
+            outs, deps = {}, {}
+            for name in order:
+                outs[name], deps[name] = _files(repo, root, name)
+    except DvcException as exc:
+        raise PipelineError("DVC cannot work out what is stale", [str(exc)]) from exc
+    if stale_plain:
+        raise PipelineError(
+            "stale stages that do not run through the orchestrator feed the items to submit",
+            [f"{name}: run `dvc repro {name}` first" for name in stale_plain],
+        )
+    plans = {name: ws.plan(ws.jobs[name]) for name in order}
+    problems = [f"{n}: {p}" for n, plan in plans.items() for p in plan.problems]
+    if problems:
+        raise PlanError(f"cannot submit to {ws.cluster}", problems)
+
+    backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
+    book = ledger.Ledger(root)
+    done: dict[str, Submitted] = {}
+    for name in order:
+        plan = plans[name]
+        text = render.render(plan)
+        script = ws.script_path(plan)
+        write_script(script, text)
+        after = tuple(done[u].job_id for u in _upstream(name, deps[name], order, outs) if u in done and done[u].state.active)
+        with book.locked(name) as records:
+            outcome = foreground.attach_or_submit(records, prints[name], backend, ws, plan, script, text, outs[name], now(), runner, after)
+        state = outcome.info.state if outcome.info else outcome.record.state
+        done[name] = Submitted(name, outcome.record.job_id, outcome.attached, state, () if outcome.attached else after)
+        if not outcome.attached:
+            say(f"{name}: job {outcome.record.job_id}" + (f" after {','.join(after)}" if after else ""))
+    recorder = _submit_recorder(ws, backend, runner, targets, [s.job_id for s in done.values() if s.state.active], now, say)
+    return [*done.values(), *([recorder] if recorder else [])]
+
+
+def _stale_in_order(repo, ws: Workspace, targets: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Orchestrated items to submit, upstream first; and stale plain stages feeding them."""
+    import networkx as nx
+
+    graph = repo.index.graph  # edges point from a stage to the stages it depends on
+    by_name = {s.addressing: s for s in graph}
+    chosen = {s.addressing for t in targets for s in repo.stage.collect(t, with_deps=True, glob="*" in t)} if targets else set(by_name)
+    stale = {name for name in repo.status(targets=list(targets) or None, with_deps=bool(targets)) if name in chosen}
+    for name in list(stale):  # what depends on a stale item will change too
+        stale |= {s.addressing for s in nx.ancestors(graph, by_name[name])} & chosen
+    order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in stale]
+    orchestrated = [n for n in order if n in ws.jobs]
+    feeding = {s.addressing for n in orchestrated for s in nx.descendants(graph, by_name[n])}
+    plain = [n for n in order if n not in ws.jobs and n in feeding]
+    return orchestrated, plain
+
+
+def _files(repo, root: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(outs, deps) of an item, relative to the project root."""
+    (stage,) = repo.stage.collect(name)
+    rel = lambda entry: os.path.normpath(os.path.relpath(os.path.join(stage.wdir, entry.def_path), root))  # noqa: E731
+    return tuple(rel(o) for o in stage.outs), tuple(rel(d) for d in stage.deps)
+
+
+def _upstream(name: str, deps: Sequence[str], order: list[str], outs: dict[str, tuple[str, ...]]) -> list[str]:
+    """Items in ``order`` whose outputs ``name`` depends on."""
+    producers = {out: item for item in order for out in outs[item]}
+    return sorted({p for d in deps for p in fingerprint.producers_of(d, producers) if p != name})
+
+
+def _submit_recorder(ws: Workspace, backend, runner: Runner, targets, job_ids: list[str], now, say) -> Submitted | None:
+    """The job that records results in DVC once every job has ended."""
+    partition = ws.profile.profile.scheduler.service_partition
+    if not job_ids:
+        say("nothing new to wait for: run `dvc repro` to record finished jobs")
+        return None
+    if partition is None:
+        say(f"when the jobs end, run `dvc repro {' '.join(targets)}`: it attaches to them and records the results".replace("  ", " "))
+        return None
+    book = ledger.Ledger(ws.root)
+    with book.locked(RECORD_ITEM) as records:
+        # Two submits of the same matrix share one recording job: a second
+        # `dvc repro` would only collide with the first on DVC's lock.
+        for rec in reversed(records.records):
+            if rec.state.active and set(job_ids) <= set(rec.provenance.get("after", ())):
+                info = backend.query([rec.job_id]).get(rec.job_id)
+                if info is not None and info.state.active:
+                    say(f"recording job {rec.job_id} (submitted earlier) records these jobs too")
+                    return Submitted(RECORD_ITEM, rec.job_id, True, info.state, tuple(job_ids))
+        text = render.environment().get_template("record.sh.j2").render(
+            version=__version__,
+            workspace=ws.workspace,
+            account=ws.params.settings.account,
+            partition=partition,
+            dependency="afterany:" + ":".join(job_ids),
+            log=".orchestrator/logs/record-%j.log",
+            repro=shell_join(["dvc", "repro", "--keep-going", *targets]),
+            profile=ws.cluster,
+        )
+        script = ws.root / SCRIPTS_DIR / "record.sbatch"
+        write_script(script, text)
+        done = runner.run(commands.sbatch_argv(str(script), ws.workspace), timeout=120)
+        if done.returncode != 0:
+            raise backends.SchedulerError(f"the recording job was refused: {done.stderr.strip()}", hints=["the jobs are submitted; run `dvc repro` when they end"])
+        job_id = commands.parse_sbatch(done.stdout)
+        records.append(
+            ledger.Record(
+                item=RECORD_ITEM, fingerprint="", backend="slurm", job_id=job_id, profile=ws.cluster,
+                script=os.path.relpath(script, ws.root), submitted_at=now(), log=f".orchestrator/logs/record-{job_id}.log",
+                provenance={"after": list(job_ids), "targets": list(targets)},
+            )
+        )
+    say(f"recording job {job_id} runs `dvc repro --keep-going` when they end (log .orchestrator/logs/record-{job_id}.log)")
+    return Submitted(RECORD_ITEM, job_id, False, State.PENDING, tuple(job_ids))

@@ -1,0 +1,376 @@
+"""Running one item: what ``orchestrator run`` does inside a DVC stage.
+
+plan -> render -> attach to a job with the same fingerprint (pending, running or
+finished successfully) or submit one -> wait with progress -> check the outputs.
+The script run is the script ``render`` writes, byte for byte: both go through
+:func:`orchestrator.plan.make_plan` and the same templates.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.config import profile
+from orchestrator.errors import OrchestratorError, PipelineError, PlanError
+from orchestrator.jobs import backends, faults, ledger, provenance
+from orchestrator.pipeline import fingerprint, stages
+from orchestrator.scripts import render
+from orchestrator.scripts.matrix import write_script
+from orchestrator.scripts.plan import Form, Plan
+from orchestrator.scripts.workspace import Workspace
+from orchestrator.slurm.states import JobInfo, State
+from orchestrator.slurm.times import hms
+from orchestrator.util.runner import Runner
+
+# Set by the recording job of `orchestrator submit`: attach to finished jobs, never submit.
+ATTACH_ONLY = "ORCH_ATTACH_ONLY"
+
+
+class JobFailed(OrchestratorError):
+    """The job ran and failed: the stage fails with the job's id, exit code and log."""
+
+    exit_code = 1
+
+
+@dataclass
+class Clock:
+    """Time and sleep, injectable so tests of waiting do not wait."""
+
+    now: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+
+def _env_seconds(name: str, default: float) -> Callable[[], float]:
+    return lambda: float(os.environ.get(name, default))
+
+
+@dataclass(frozen=True)
+class Polling:
+    # Short at first (a quick local job is noticed at once), backing off to max_s
+    # (a long Slurm job costs the scheduler one query a minute).
+    first_s: float = field(default_factory=_env_seconds("ORCH_POLL_FIRST_S", 0.5))
+    factor: float = 1.5
+    max_s: float = field(default_factory=_env_seconds("ORCH_POLL_MAX_S", 60))
+    heartbeat_s: float = 300.0  # a "still running" line at most this often
+
+
+@dataclass
+class Context:
+    """Where an item runs from: the project, the item's DVC name and wdir."""
+
+    root: Path
+    item: str
+    wdir: str = ""
+    from_dvc: bool = False
+
+    @classmethod
+    def from_environment(cls, name: str | None) -> Context:
+        """DVC tells a stage's command its project (DVC_ROOT) and name (DVC_STAGE)."""
+        dvc_root, dvc_stage = os.environ.get("DVC_ROOT"), os.environ.get("DVC_STAGE")
+        if dvc_root and dvc_stage and not name:
+            root = Path(dvc_root)
+            wdir = os.path.relpath(os.getcwd(), root)
+            return cls(root, dvc_stage, "" if wdir == "." else wdir, from_dvc=True)
+        root = _find_root(Path.cwd())
+        wdir = os.path.relpath(os.getcwd(), root)
+        return cls(root, name or "adhoc", "" if wdir == "." else wdir)
+
+
+def _find_root(start: Path) -> Path:
+    for folder in (start, *start.parents):
+        if (folder / stages.PIPELINE_FILE).is_file() or (folder / ".dvc").is_dir():
+            return folder
+    return start
+
+
+@dataclass
+class Outcome:
+    record: ledger.Record
+    attached: bool
+    info: JobInfo | None = None
+
+
+def backend_for(plan: Plan, loaded: profile.LoadedProfile, root: Path, runner: Runner) -> backends.Backend:
+    if plan.form == "sbatch":
+        return backends.SbatchBackend(root, runner, loaded.profile.scheduler.cluster_name)
+    return backends.ProcessBackend(root, "local" if plan.form == "local" else "srun")
+
+
+def run_item(
+    ctx: Context,
+    spec,
+    cluster: str | None,
+    form: Form | None,
+    runner: Runner,
+    clock: Clock | None = None,
+    polling: Polling | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Outcome:
+    clock = clock or Clock()
+    polling = polling or Polling()
+    say = say or _say
+    ws = Workspace.open(ctx.root, cluster, runner, form)
+    # Inside `dvc repro` the item as DVC resolves it (its deps and outs are staged);
+    # by hand, an ad-hoc job that runs where it is.
+    item = stages.resolve_one(ctx.root, ctx.item, ws.overlay) if ctx.from_dvc else None
+    job = stages.Job(item or stages.Item(ctx.item, ctx.item.split("@", 1)[0], "", (), ctx.wdir), spec)
+    plan = ws.plan(job, staged=item is not None)
+    if plan.problems:
+        raise PlanError(f"cannot run {ctx.item} on {ws.cluster}", plan.problems)
+    text = render.render(plan)
+    script = ws.script_path(plan)
+    write_script(script, text)
+    fp, outs, metrics = _identity(ws, ctx, text)
+    backend = backend_for(plan, ws.profile, ctx.root, runner)
+    book = ledger.Ledger(ctx.root)
+
+    scheduler = ws.profile.profile.scheduler
+    while True:
+        with book.locked(ctx.item) as records:
+            outcome = attach_or_submit(records, fp, backend, ws, plan, script, text, outs, clock.now(), runner)
+        _announce(outcome, ctx.item, ws.cluster, plan, say)
+        requeued = _RequeuedOffFailedNodes(backend, book, ctx.item, outcome.record, say)
+        info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info, observe=requeued)
+        fault = None if info.state == State.COMPLETED else faults.classify(info, faults.read_tail(outcome.record.log_path(ctx.root)), backend.unhealthy)
+        with book.locked(ctx.item) as records:
+            record = records.update(
+                outcome.record.job_id,
+                state=info.state,
+                exit_code=info.exit_code,
+                nodelist=info.nodelist or outcome.record.nodelist,
+                nodes=info.nodes or outcome.record.nodes,
+                elapsed_s=info.elapsed_s,
+                requeues=info.requeues,
+                **({"fault": fault.reason, "fault_nodes": fault.nodes} if fault else {}),
+            )
+            retries = len(records.trailing_faults(fp))
+        outcome.record, outcome.info = record, info
+        if fault is None or retries > scheduler.node_fault_retries:
+            break
+        delay = scheduler.retry_backoff_s * 2 ** (retries - 1)
+        without = f" without {', '.join(fault.nodes)}" if fault.nodes else ""
+        say(f"{ctx.item}: job {record.job_id} failed on a node fault ({fault.reason}); submitting again{without} in {delay:g} s (retry {retries} of {scheduler.node_fault_retries})")
+        clock.sleep(delay)
+    if info.state != State.COMPLETED:
+        hints = _log_hints(ctx.root, record)
+        if fault is not None:
+            hints.insert(0, f"node fault ({fault.reason}), after {scheduler.node_fault_retries} retries (scheduler.node_fault_retries)")
+        raise JobFailed(f"{ctx.item}: job {record.job_id} {info.state.value} ({info.slurm_state}, exit code {info.exit_code})", hints=hints)
+    missing = [o for o in outs if not (ctx.root / o).exists()]
+    if missing:
+        raise JobFailed(f"{ctx.item}: job {record.job_id} succeeded but did not create {', '.join(missing)}", hints=_log_hints(ctx.root, record))
+    if metrics:
+        with book.locked(ctx.item) as records:
+            outcome.record = records.update(record.job_id, metrics=metrics)  # `status` reads MFU there
+    provenance.write_beside(ctx.root, metrics, provenance.of(record, book.records(ctx.item)))
+    return outcome
+
+
+class _RequeuedOffFailedNodes:
+    """When Slurm requeues a job after a node failed under it (``--requeue``), keep the
+    pending job off that node (it may come back before the job starts) and write the
+    fault into the job's record, so `status` and the ledger show it."""
+
+    def __init__(self, backend, book: ledger.Ledger, item: str, record: ledger.Record, say) -> None:
+        self.backend, self.book, self.item, self.say = backend, book, item, say
+        self.seen: tuple[str, ...] = ()
+        self.excluded = tuple(record.excluded)
+
+    def __call__(self, info: JobInfo) -> None:
+        if info.node_failures == self.seen:
+            return
+        self.seen = info.node_failures
+        failed = sorted({n for nodelist in info.node_failures for n in faults.nodes_of(nodelist)})
+        wanted = tuple(sorted({*self.excluded, *faults.suspects(failed, self.backend.unhealthy)}))
+        if info.state == State.PENDING and wanted != self.excluded and self.backend.exclude(info.job_id, wanted):
+            self.excluded = wanted
+        with self.book.locked(self.item) as records:
+            records.update(info.job_id, fault=f"NODE_FAIL on {', '.join(failed)} (Slurm requeued the job)", fault_nodes=tuple(failed), excluded=self.excluded)
+        self.say(f"{self.item}: job {info.job_id} lost a node ({', '.join(failed)}); Slurm requeued it" + (f", kept off {', '.join(self.excluded)}" if self.excluded else ""))
+
+
+def _announce(outcome: Outcome, item: str, cluster: str, plan: Plan, say) -> None:
+    rec = outcome.record
+    if rec.adopted and outcome.attached:
+        say(f"{item}: found job {rec.job_id} ({rec.state.value}), submitted by an interrupted earlier run; following it")
+    elif outcome.attached:
+        say(f"{item}: attached to job {rec.job_id} ({rec.state.value}), submitted earlier with the same script and inputs")
+    else:
+        avoiding = f", avoiding {','.join(rec.excluded)}" if rec.excluded else ""
+        say(f"{item}: submitted job {rec.job_id} on {cluster} ({plan.nodes}x{plan.tasks_per_node}{avoiding}); log {rec.log}")
+
+
+def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The item's fingerprint and, inside a DVC stage, its declared outputs and metrics files."""
+    if not ctx.from_dvc:
+        return fingerprint.digest(text, []), (), ()
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(ctx.root)) as repo:
+            (stage,) = repo.stage.collect(ctx.item)
+            removable = [o.def_path for o in stage.outs if not o.persist]
+            if removable:
+                raise PlanError(f"cannot run {ctx.item}", [stages.persist_problem(removable)])
+            outs = tuple(os.path.relpath(os.path.join(stage.wdir, o.def_path), ctx.root) for o in stage.outs)
+            metrics = tuple(path for path, o in zip(outs, stage.outs, strict=True) if o.metric)
+            script_of = lambda name: text if name == ctx.item else ws.script_of(name)
+            return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
+    except DvcException as exc:
+        raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc
+
+
+def attach_or_submit(
+    records: ledger.ItemLedger,
+    fp: str,
+    backend: backends.Backend,
+    ws: Workspace,
+    plan: Plan,
+    script: Path,
+    text: str,
+    outs: tuple[str, ...],
+    now: float,
+    runner: Runner,
+    after: tuple[str, ...] = (),
+) -> Outcome:
+    """The one place a job is submitted; call it holding the item's ledger lock."""
+    outcome = attach(records, fp, backend) or adopt(records, fp, backend, ws, plan, script, text, runner)
+    if outcome is not None:
+        return outcome
+    if os.environ.get(ATTACH_ONLY) == "1":
+        raise JobFailed(f"{plan.item}: no finished or running job with this script and inputs to record (attach-only mode: nothing is submitted)")
+    missing = [name for name in plan.secrets if not os.environ.get(name)]
+    problems = [f"secret {name} (orchestrator.secrets) is not set in this environment: export it before submitting" for name in missing]
+    problems += backend.preflight(plan)
+    if problems:
+        raise backends.SchedulerError(f"{plan.item} was not submitted", problems)
+    remove_stale(ws.root, outs)  # what DVC does for outputs that do not persist
+    # Slurm opens the log before the script runs: its folder must exist.
+    (ws.root / plan.log).parent.mkdir(parents=True, exist_ok=True)
+    # Nodes that failed this item's earlier tries (the retries now under way).
+    exclude = sorted({n for r in records.trailing_faults(fp) for n in (*r.excluded, *r.fault_nodes)})
+    records.begin(ledger.Intent(fp, plan.job_name, plan.workspace, now, tuple(r.job_id for r in records.records)))
+    try:
+        submitted = backend.submit(plan, script, after=after, exclude=exclude)
+    except backends.Refused:
+        records.forget_intent()  # refused: no job exists, nothing to look for later
+        raise
+    prov = provenance.at_submission(ws.root, runner, ws.profile, text)
+    record = _record(ws, plan, backend, script, fp, submitted.job_id, submitted.log, now, prov, excluded=tuple(exclude))
+    records.append(record)
+    return Outcome(record, attached=False)
+
+
+def _record(ws: Workspace, plan: Plan, backend: backends.Backend, script: Path, fp: str, job_id: str, log: str, at: float, prov: dict, **more) -> ledger.Record:
+    """A ledger record of one of ``plan``'s jobs, submitted (or found) at ``at``."""
+    return ledger.Record(
+        item=plan.item,
+        fingerprint=fp,
+        backend=backend.name,
+        job_id=job_id,
+        profile=ws.cluster,
+        script=os.path.relpath(script, ws.root),
+        submitted_at=at,
+        log=log,
+        provenance=prov,
+        **more,
+    )
+
+
+def adopt(records: ledger.ItemLedger, fp: str, backend: backends.Backend, ws: Workspace, plan: Plan, script: Path, text: str, runner: Runner) -> Outcome | None:
+    """Record the job an interrupted submission left behind (see :class:`ledger.Intent`);
+    follow it if it is this fingerprint's and pending, running or done."""
+    intent = records.intent
+    if intent is None:
+        return None
+    job_id = backend.find(intent)
+    if job_id is None:
+        records.forget_intent()  # the earlier process died before Slurm took the job
+        return None
+    info = backend.query([job_id]).get(job_id)
+    prov = provenance.at_submission(ws.root, runner, ws.profile, text) if intent.fingerprint == fp else {}
+    log = plan.log.replace("%j", job_id)  # as the sbatch backend names it (only Slurm jobs are adopted)
+    record = _record(ws, plan, backend, script, intent.fingerprint, job_id, log, intent.written_at, prov, state=info.state if info else State.PENDING, adopted=True)
+    records.append(record)
+    if intent.fingerprint == fp and (record.state.active or record.state == State.COMPLETED):
+        return Outcome(record, attached=True, info=info)
+    return None
+
+
+def remove_stale(root: Path, outs: tuple[str, ...]) -> None:
+    for out in outs:
+        path = root / out
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def attach(records: ledger.ItemLedger, fp: str, backend: backends.Backend) -> Outcome | None:
+    """The earlier job with this fingerprint, if it is pending, running or succeeded."""
+    earlier = records.latest(fp)
+    if earlier is None or earlier.backend != backend.name or backend.name != "slurm":
+        return None  # process jobs die with the process that ran them
+    if not (earlier.state.active or earlier.state == State.COMPLETED):
+        return None
+    info = backend.query([earlier.job_id]).get(earlier.job_id)
+    if info is None or not (info.state.active or info.state == State.COMPLETED):
+        return None
+    return Outcome(earlier, attached=True, info=info)
+
+
+def wait(backend, job_id: str, item: str, clock: Clock, polling: Polling, say, info: JobInfo | None = None, observe: Callable[[JobInfo], None] | None = None) -> JobInfo:
+    """Poll until the job ends; a line per state change and a heartbeat, never a flood.
+
+    A failed query (controller or database down) is reported and retried with
+    backoff; it never counts as the job's end, so it never causes a resubmission.
+    """
+    interval = polling.first_s
+    last_state = info.state if info else None
+    last_line = clock.now()
+    while True:
+        if info is not None and info.state.final:
+            return info
+        clock.sleep(interval)
+        interval = min(interval * polling.factor, polling.max_s)
+        try:
+            found = backend.query([job_id])
+        except backends.SchedulerError as exc:
+            say(f"{item}: cannot ask the scheduler about job {job_id} ({exc.headline}); retrying in {interval:.0f} s")
+            continue
+        info = found.get(job_id, info)
+        if info is None:
+            continue
+        if observe is not None:
+            observe(info)
+        now = clock.now()
+        if info.state != last_state or now - last_line >= polling.heartbeat_s:
+            where = f" on {info.nodelist}" if info.nodelist else ""
+            elapsed = f", {hms(info.elapsed_s)} elapsed" if info.elapsed_s is not None else ""
+            say(f"{item}: job {job_id} {info.state.value}{where}{elapsed}")
+            last_state, last_line = info.state, now
+
+
+def _log_hints(root: Path, record: ledger.Record, lines: int = 20) -> list[str]:
+    path = record.log_path(root)
+    if path is None:
+        return []
+    hints = [f"log: {path}"]
+    try:
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+    except FileNotFoundError:
+        return [*hints, "(the log does not exist)"]
+    return [*hints, f"last {len(tail)} lines:", *(f"| {line}" for line in tail)]
+
+
+def _say(line: str) -> None:
+    print(f"orchestrator: {line}", file=sys.stderr, flush=True)
+
+

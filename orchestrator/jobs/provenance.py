@@ -1,0 +1,73 @@
+"""Provenance: how a result was produced, precisely enough to produce it again.
+
+Taken when a job is submitted (code version, profile and script by hash, the
+container image) and completed when it ends (job ids, nodes, requeues). It lives
+in the ledger record and, once the job succeeded, in ``provenance.json`` beside
+each of the stage's metrics files, where it travels with the results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from orchestrator.config.profile import LoadedProfile
+from orchestrator.jobs import ledger
+from orchestrator.pipeline import stages
+from orchestrator.util.runner import Runner
+
+FILE = stages.PROVENANCE_FILE
+
+
+def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str) -> dict:
+    """Code version, profile and script (by hash), the container image."""
+    prov: dict = {
+        "profile": loaded.name,
+        "profile_source": loaded.source,
+        "profile_sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
+        "script_sha256": hashlib.sha256(script.encode()).hexdigest(),
+    }
+    image = loaded.profile.container.image
+    if image and loaded.profile.container.runtime:
+        prov["image"] = image  # its digest joins once images are built by the orchestrator
+    if runner.which("git"):
+        head = runner.run(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
+        if head.returncode == 0:
+            dirty = runner.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=30)
+            prov["git_commit"] = head.stdout.strip()
+            prov["git_dirty"] = bool(dirty.stdout.strip())
+    return prov
+
+
+def of(record: ledger.Record, history: Sequence[ledger.Record]) -> dict:
+    """The full provenance of a finished job: its submission's, plus how it ran."""
+    attempts = [r.job_id for r in history if r.fingerprint == record.fingerprint]
+    return {
+        "item": record.item,
+        **record.provenance,
+        "backend": record.backend,
+        "job_id": record.job_id,
+        "job_ids": attempts,  # every submission with this script and these inputs
+        "nodelist": record.nodelist,
+        "nodes": record.nodes,
+        "requeues": record.requeues,
+        "elapsed_s": record.elapsed_s,
+        "state": record.state.value,
+        "exit_code": record.exit_code,
+        "script": record.script,
+        "log": record.log,
+        "fingerprint": record.fingerprint,
+        "rerun": f"git checkout {record.provenance.get('git_commit', '<commit>')} && dvc repro {record.item}",
+    }
+
+
+def write_beside(root: Path, metrics_files: Sequence[str], data: dict) -> None:
+    """Write ``provenance.json`` next to each metrics file (atomically)."""
+    for folder in sorted({os.path.dirname(m) for m in metrics_files}):
+        path = root / folder / FILE
+        tmp = path.with_name(f".{FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)

@@ -1,0 +1,137 @@
+"""Following submitted jobs: status of many at once, their logs, cancelling them.
+
+The ledger says which jobs exist; one scheduler query per refresh says how they
+are (never one per job), and the answers are written back to the ledger.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.jobs import backends, ledger
+from orchestrator.slurm.states import JobInfo, State
+from orchestrator.util.runner import Runner
+
+
+@dataclass(frozen=True)
+class Row:
+    item: str
+    state: State
+    job_id: str
+    nodes: str
+    elapsed_s: int | None
+    exit_code: int | None
+    log: str | None
+    submissions: int
+    mfu: float | None = None  # of a finished run that reports model FLOPs
+    avoiding: tuple[str, ...] = ()  # nodes the newest job was told to avoid after node faults
+    node_faults: int = 0  # jobs of the newest job's fingerprint that hit a node fault (each was run again)
+
+
+def latest(root: Path, targets: Sequence[str] = ()) -> dict[str, ledger.Record]:
+    """The newest record of every item (matching ``targets``: names, stages or globs)."""
+    return {item: records[-1] for item, records in _histories(root, targets).items()}
+
+
+def _histories(root: Path, targets: Sequence[str]) -> dict[str, list[ledger.Record]]:
+    """Every record of the items matching ``targets``, oldest first."""
+    items = ledger.Ledger(root).items()
+    chosen = {item: records for item, records in items.items() if _matches(item, targets)}
+    if targets and not chosen:
+        raise OrchestratorError(f"no submitted item matches {', '.join(targets)}", hints=[f"items in the ledger: {', '.join(sorted(items)) or '(none)'}"])
+    return chosen
+
+
+def _matches(item: str, targets: Sequence[str]) -> bool:
+    return not targets or any(t in (item, item.split("@", 1)[0]) or fnmatch.fnmatchcase(item, t) for t in targets)
+
+
+def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row]:
+    """Current state of the items' newest jobs: one sacct call for all Slurm jobs."""
+    histories = _histories(root, targets)
+    records = {item: history[-1] for item, history in histories.items()}
+    live = [r.job_id for r in records.values() if r.backend == "slurm" and not r.state.final]
+    found: dict[str, JobInfo] = {}
+    if live:
+        try:
+            found = backends.SbatchBackend(root, runner, None).query(live)
+        except backends.SchedulerError:
+            found = {}  # show what the ledger knows; the next refresh asks again
+    book = ledger.Ledger(root)
+    peaks: dict[str, float | None] = {}
+    rows = []
+    for item, rec in sorted(records.items()):
+        info = found.get(rec.job_id)
+        if info is not None and (info.state != rec.state or info.elapsed_s != rec.elapsed_s):
+            with book.locked(item) as entries:
+                rec = entries.update(rec.job_id, state=info.state, exit_code=info.exit_code, nodelist=info.nodelist or rec.nodelist, nodes=info.nodes or rec.nodes, elapsed_s=info.elapsed_s)
+        history = histories[item]
+        faulted = [r for r in history if r.fingerprint == rec.fingerprint and r.fault]
+        rows.append(
+            Row(
+                item, rec.state, rec.job_id, rec.nodelist or (str(rec.nodes) if rec.nodes else "-"), rec.elapsed_s, rec.exit_code, rec.log, len(history),
+                mfu=_mfu(root, rec, peaks), avoiding=rec.excluded, node_faults=len(faulted),
+            )
+        )
+    return rows
+
+
+def _mfu(root: Path, rec: ledger.Record, peaks: dict[str, float | None]) -> float | None:
+    """MFU of a finished run, as the report computes it (the profile's peak, else the
+    run's own); ``peaks`` keeps each profile's peak, loaded once per refresh."""
+    if rec.state != State.COMPLETED or not rec.metrics:
+        return None
+    from orchestrator.analysis import mfu
+    from orchestrator.config import profile
+
+    if rec.profile not in peaks:
+        try:
+            gpu = profile.load(rec.profile).profile.node.gpu
+            peaks[rec.profile] = gpu.peak_tflops_bf16 if gpu else None
+        except OrchestratorError:
+            peaks[rec.profile] = None  # a profile file since moved: the run's own figure still counts
+    for path in rec.metrics:
+        try:
+            data = json.loads((root / path).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            value, _ = mfu.mfu(data, peaks[rec.profile], rec.profile)
+            if value is not None:
+                return value
+    return None
+
+
+def cancel(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[str]:
+    """Cancel the active Slurm jobs of the items (one scancel); returns their ids."""
+    records = latest(root, targets)
+    active = {item: r for item, r in records.items() if r.backend == "slurm" and r.state.active}
+    if active:
+        backends.SbatchBackend(root, runner, None).cancel([r.job_id for r in active.values()])
+    book = ledger.Ledger(root)
+    for item, rec in active.items():
+        with book.locked(item) as entries:
+            entries.update(rec.job_id, state=State.CANCELLED)
+    return [r.job_id for r in active.values()]
+
+
+def one(root: Path, item: str) -> ledger.Record:
+    """The newest record of the one item ``item`` names."""
+    records = latest(root, [item])
+    if len(records) != 1:
+        raise OrchestratorError(f"{item!r} matches {len(records)} items; name one", hints=sorted(records))
+    (rec,) = records.values()
+    return rec
+
+
+def log_path(root: Path, item: str) -> Path:
+    rec = one(root, item)
+    path = rec.log_path(root)
+    if path is None:
+        raise OrchestratorError(f"{item}: job {rec.job_id} has no log")
+    return path

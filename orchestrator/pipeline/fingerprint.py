@@ -1,0 +1,90 @@
+"""Fingerprints: when two submissions are "the same job".
+
+An item's fingerprint hashes its rendered script (command, resources, profile)
+and its inputs. A source input counts by its DVC hash. An input that another
+orchestrated item produces counts by *that item's fingerprint*, not by its
+content: ``orchestrator submit`` queues a whole chain before any output exists,
+and ``dvc repro`` afterwards, with the outputs in place, must compute the same
+fingerprints to attach to those jobs instead of submitting them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator.errors import PipelineError
+from orchestrator.pipeline import stages
+
+CACHE_DIR = ".orchestrator/cache"
+
+
+def digest(script: str, inputs: list[tuple[str, str]]) -> str:
+    h = hashlib.sha256(script.encode())
+    for path, value in sorted(inputs):
+        h.update(f"\0{path}\0{value}".encode())
+    return h.hexdigest()
+
+
+def producers(root: Path) -> dict[str, str]:
+    """Output path (relative to the root) -> the orchestrated item producing it.
+
+    Cached under .orchestrator/cache by the text of dvc.yaml and params.yaml,
+    so the many ``orchestrator run`` calls of one ``dvc repro`` resolve the
+    pipeline once, not once each.
+    """
+    texts = [(root / name).read_bytes() if (root / name).exists() else b"" for name in (stages.PIPELINE_FILE, "params.yaml")]
+    key = hashlib.sha256(b"\0".join(texts)).hexdigest()[:32]
+    cache = root / CACHE_DIR / f"producers-{key}.json"
+    try:
+        return json.loads(cache.read_text())
+    except (FileNotFoundError, ValueError):
+        pass
+    jobs, _ = stages.jobs(stages.resolve(root))
+    found = {os.path.normpath(os.path.join(j.item.wdir, out)): j.item.name for j in jobs for out in j.item.outs}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(found, sort_keys=True))
+    os.replace(tmp, cache)
+    return found
+
+
+def producers_of(path: str, outputs: dict[str, str]) -> list[str]:
+    """The items producing ``path``, a folder holding it, or outputs inside it."""
+    return sorted({item for out, item in outputs.items() if out == path or path.startswith(out + "/") or out.startswith(path + "/")})
+
+
+class Fingerprinter:
+    """Fingerprints of items, computed through their orchestrated ancestors (memoised).
+
+    ``script_of(name)`` renders an item's script; DVC supplies each item's
+    dependencies and their hashes.
+    """
+
+    def __init__(self, root: Path, repo, script_of: Callable[[str], str], outputs: dict[str, str]) -> None:
+        self.root = root
+        self.repo = repo
+        self.script_of = script_of
+        self.outputs = outputs
+        self._memo: dict[str, str] = {}
+
+    def of(self, name: str, _chain: tuple[str, ...] = ()) -> str:
+        if name in self._memo:
+            return self._memo[name]
+        if name in _chain:
+            raise PipelineError(f"dependency cycle through {' -> '.join((*_chain, name))}")
+        (stage,) = self.repo.stage.collect(name)
+        wdir = os.path.relpath(stage.wdir, self.root)
+        inputs = []
+        for dep in stage.deps:
+            path = os.path.normpath(os.path.join(wdir, dep.def_path))
+            upstream = [u for u in producers_of(path, self.outputs) if u != name]
+            if upstream:
+                inputs += [(path, "item:" + self.of(u, (*_chain, name))) for u in upstream]
+            else:
+                inputs.append((path, str(dep.get_hash())))
+        self._memo[name] = digest(self.script_of(name), inputs)
+        return self._memo[name]

@@ -1,0 +1,215 @@
+"""The DVC pipeline: resolved by DVC itself, never re-interpreted here.
+
+``dvc.yaml`` is resolved with DVC's own ``DataResolver`` (the code behind
+``dvc stage list`` and ``dvc repro``): ``vars``, params files, ``foreach`` and
+``matrix`` all follow DVC's rules. The only thing added is an optional params
+overlay (``clusters.NAME`` in params.yaml, see :mod:`params`), merged into DVC's
+own context before the stages are resolved, as ``dvc exp run -S`` would set it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import PipelineError
+from orchestrator.pipeline import cmdline, runargs
+
+PIPELINE_FILE = "dvc.yaml"
+# Written by the jobs beside each metrics file of a finished item, read by the report.
+PROVENANCE_FILE = "provenance.json"
+# A stage whose cmd starts so is a job of ours (runargs.run_args_of reads its words).
+_RUN = re.compile(r"\s*(\S*/)?(orchestrator|python[0-9.]*\s+-m\s+orchestrator)\s+run(\s|$)")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One resolved stage (a matrix item or a plain stage) of dvc.yaml."""
+
+    name: str  # as DVC addresses it: "benchmark@pydoc-gpt-key0"
+    group: str  # the stage it was generated from: "benchmark"
+    cmd: str
+    outs: tuple[str, ...]
+    wdir: str  # relative to the project root; "" for the root
+    removable: tuple[str, ...] = ()  # outs without `persist: true`
+    deps: tuple[str, ...] = ()  # as written (relative to wdir), params files included
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Deps inside the project, relative to its root: what a job reads from it."""
+        return _inside(self.deps, self.wdir)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Outs relative to the project root."""
+        return _inside(self.outs, self.wdir)
+
+
+def _inside(paths: Sequence[str], wdir: str) -> tuple[str, ...]:
+    found = []
+    for path in paths:
+        if "://" in path or path.startswith(("/", "~")):
+            continue  # a URL or a path outside the project: read where it is
+        joined = posixpath.normpath(posixpath.join(wdir, path)) if wdir else posixpath.normpath(path)
+        if joined != ".." and not joined.startswith("../") and joined not in found:
+            found.append(joined)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Job:
+    """An item whose command runs through ``orchestrator run``."""
+
+    item: Item
+    spec: runargs.JobSpec
+
+
+def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
+    """Every stage of ``root/dvc.yaml``, resolved by DVC (matrix items expanded)."""
+    if not (root / PIPELINE_FILE).is_file():
+        raise PipelineError(f"no {PIPELINE_FILE} in {root}: run this from a DVC project (or pass --project)")
+    from dvc.exceptions import DvcException
+
+    try:
+        stages = _resolve_with_dvc(root, overlay or {})
+    except DvcException as exc:
+        raise PipelineError(f"DVC cannot resolve {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
+    return [_item(name, data) for name, data in stages.items()]
+
+
+def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None) -> Item:
+    """One item of ``root/dvc.yaml`` (what ``dvc repro`` is running), without resolving the rest."""
+    from dvc.exceptions import DvcException
+
+    try:
+        (data,) = _resolve_with_dvc(root, overlay or {}, name).values()
+    except DvcException as exc:
+        raise PipelineError(f"DVC cannot resolve stage {name!r} of {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
+    return _item(name, data)
+
+
+def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+    from dvc.dvcfile import ProjectFile
+    from dvc.parsing import DataResolver
+    from dvc.parsing.context import Context
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        contents = ProjectFile(repo, str(root / PIPELINE_FILE)).contents
+        resolver = DataResolver(repo, str(root), contents)
+        if overlay:
+            resolver.context.merge_update(Context(overlay), overwrite=True)
+        if name is not None:
+            return resolver.resolve_one(name)
+        return resolver.resolve()["stages"]
+
+
+def _dvc_problems(exc: Exception) -> list[str]:
+    """DVC's own words; schema errors carry one entry per bad key in their cause."""
+    errors = getattr(exc.__cause__, "errors", None)
+    if not errors:
+        return [str(exc)]
+    return [f"{'.'.join(map(str, e.path))}: {e.msg}" for e in errors]
+
+
+def _item(name: str, data: Mapping[str, Any]) -> Item:
+    cmd = data.get("cmd", "")
+    if isinstance(cmd, list):
+        cmd = " && ".join(cmd)  # several commands: never a plain orchestrator call
+    entries = [e for key in ("outs", "metrics", "plots") for e in _entries(data.get(key, ()))]
+    return Item(
+        name=name,
+        group=name.split("@", 1)[0],
+        cmd=str(cmd),
+        outs=tuple(path for path, _ in entries),
+        wdir=str(data.get("wdir", "") or "").strip("./"),
+        removable=tuple(path for path, flags in entries if not flags.get("persist")),
+        deps=tuple(str(d) for d in data.get("deps", ()) or ()) + _params_files(data.get("params", ())),
+    )
+
+
+def _params_files(entries: Sequence[Any]) -> tuple[str, ...]:
+    """The params files a stage reads: params.yaml for bare keys, else the named files."""
+    files = []
+    for entry in entries or ():
+        for name in entry if isinstance(entry, Mapping) else ["params.yaml"]:
+            if str(name) not in files:
+                files.append(str(name))
+    return tuple(files)
+
+
+def _entries(entries: Sequence[Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(path, flags) of each out; flags such as cache or persist may follow a path."""
+    found = []
+    for entry in entries or ():
+        if isinstance(entry, Mapping):
+            found += [(str(path), flags or {}) for path, flags in entry.items()]
+        else:
+            found.append((str(entry), {}))
+    return found
+
+
+def select(items: Sequence[Item], targets: Sequence[str]) -> list[Item]:
+    """Items named by ``targets`` (item names, stage names or glob patterns); all if none."""
+    if not targets:
+        return list(items)
+    chosen, unknown = [], []
+    for target in targets:
+        hits = [i for i in items if target in (i.name, i.group) or fnmatch.fnmatchcase(i.name, target)]
+        if not hits:
+            unknown.append(target)
+        chosen.extend(h for h in hits if h not in chosen)
+    if unknown:
+        names = sorted({i.group for i in items})
+        raise PipelineError(
+            f"no stage matches {', '.join(map(repr, unknown))}",
+            hints=[f"stages: {', '.join(names) or '(none)'}", "a target is a stage name, an item name (stage@...) or a glob such as 'benchmark@*-key3'"],
+        )
+    return chosen
+
+
+def persist_problem(paths: Sequence[str]) -> str:
+    return (
+        f"declare its outputs `persist: true` ({', '.join(paths)}): DVC deletes other outputs before it runs a "
+        "stage, so a `dvc repro` re-run while the job runs would delete the job's work; the orchestrator removes "
+        "stale outputs itself before it submits a new job"
+    )
+
+
+def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
+    """The items that call ``orchestrator run``, and (item, problem) for those that try to."""
+    found: list[Job] = []
+    problems: list[tuple[str, str]] = []
+    for item in items:
+        if not _RUN.match(item.cmd):
+            continue  # not ours, or another subcommand (e.g. `orchestrator report` after the matrix)
+        argv, syntax = cmdline.split_plain(item.cmd)
+        if syntax:
+            problems.append(
+                (
+                    item.name,
+                    f"its cmd has shell syntax ({'; '.join(syntax)}). DVC runs a stage's cmd through a shell, "
+                    "so an orchestrated command must be plain words and quotes: single-quote interpolated values in dvc.yaml",
+                )
+            )
+            continue
+        args = runargs.run_args_of(argv)
+        if args is None:
+            problems.append((item.name, "its cmd looks like `orchestrator run ...` but is not plain words: write it as `orchestrator run [OPTIONS] -- COMMAND`"))
+            continue
+        if item.removable:
+            # Once per stage: a matrix would repeat it for every item.
+            if not any(who == f"stage {item.group}" for who, _ in problems):
+                problems.append((f"stage {item.group}", persist_problem(item.removable) + f" (e.g. in {item.name})"))
+            continue
+        try:
+            found.append(Job(item, runargs.parse_run_args(args, "bad `orchestrator run` arguments")))
+        except PipelineError as exc:
+            problems.append((item.name, exc.headline))
+    return found, problems
+

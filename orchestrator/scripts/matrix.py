@@ -1,0 +1,119 @@
+"""The matrix: every orchestrated item of a project, planned and rendered for one profile.
+
+This is what ``orchestrator render`` does, and what submission will do before it
+submits anything: resolve dvc.yaml (with the profile's params overlay), plan each
+item, render its script. Problems are collected across all items and reported
+together; files are written only when there are none, and all at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config import binding, profile
+from orchestrator.errors import CheckError, PlanError
+from orchestrator.pipeline import stages
+from orchestrator.scripts import lint, render
+from orchestrator.scripts.plan import Form, Plan
+from orchestrator.scripts.workspace import Workspace
+from orchestrator.util.runner import Runner
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The scripts of a matrix for one profile, keyed by file name."""
+
+    profile: profile.LoadedProfile
+    plans: tuple[Plan, ...]
+    scripts: dict[str, str]
+
+
+def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), form: Form | None = None) -> Rendered:
+    """Plan and render every orchestrated item; PlanError lists every problem found."""
+    ws = Workspace.open(root, cluster, runner, form)
+    jobs, item_problems = stages.jobs(ws.items(targets))
+    plans = tuple(ws.plan(j) for j in jobs)
+    problems = _grouped(item_problems + [(p.item, msg) for p in plans for msg in p.problems])
+    scripts: dict[str, str] = {}
+    for plan in plans:
+        fname = render.filename(plan)
+        if fname in scripts:
+            problems.append(f"{plan.item}: its script name {fname} collides with another item's")
+        scripts[fname] = render.render(plan)
+    if problems:
+        raise PlanError(f"cannot plan the pipeline for cluster {ws.cluster!r}", problems)
+    return Rendered(ws.profile, plans, scripts)
+
+
+def check_rendered(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> list[str]:
+    """Problems found by bash and shellcheck (and in the profile's full-node binding)."""
+    node = rendered.profile.profile.node
+    found = []
+    if rendered.profile.profile.uses_slurm and node.gpus:
+        full = binding.problems(node.binding(node.gpus), node.gpus, node.logical_cpus, node.reserved)
+        found += [f"profile {rendered.profile.name}, full node: {p}" for p in full]
+    found += lint.bash_problems(rendered.scripts, runner)
+    if shellcheck:
+        sc = lint.shellcheck_problems(rendered.scripts, runner)
+        if sc is None:
+            found.append("shellcheck is not installed (apt-get install shellcheck), or pass --no-shellcheck")
+        else:
+            found += sc
+    return found
+
+
+def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> None:
+    found = check_rendered(rendered, runner, shellcheck)
+    if found:
+        raise CheckError(f"{len(rendered.scripts)} script(s) for cluster {rendered.profile.name!r} failed their checks", found)
+
+
+def write(rendered: Rendered, out: Path, replace_all: bool) -> None:
+    """Write the scripts into ``out``; with ``replace_all`` remove scripts no item has any more.
+
+    Unchanged scripts are not rewritten (a re-render of a big matrix then costs
+    reads, not writes).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    for fname, text in rendered.scripts.items():
+        write_script(out / fname, text)
+    if replace_all:
+        for stale in out.iterdir():
+            if stale.name not in rendered.scripts and stale.suffix in (".sh", ".sbatch"):
+                stale.unlink()
+
+
+def write_script(path: Path, text: str) -> None:
+    """Write one script beside its final name and rename it into place, so it is
+    never half-written; leave it alone if it already holds ``text``."""
+    data = text.encode()
+    if _same(path, data):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _same(path: Path, data: bytes) -> bool:
+    try:
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    except FileNotFoundError:
+        return False
+
+
+def _grouped(pairs: list[tuple[str, str]], shown: int = 3) -> list[str]:
+    """One line per distinct problem, naming the items it affects."""
+    by_problem: dict[str, list[str]] = {}
+    for item, msg in pairs:
+        by_problem.setdefault(msg, []).append(item)
+    lines = []
+    for msg, items in by_problem.items():
+        who = ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
+        lines.append(f"{who}: {msg}")
+    return lines

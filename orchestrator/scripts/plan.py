@@ -1,0 +1,325 @@
+"""Planning: a job spec and a cluster profile become the exact job to run.
+
+Pure: no subprocess, no file, no clock, no environment. Everything a script needs
+is computed and quoted here (the templates only lay it out), and every way the
+job does not fit the cluster is collected as a problem rather than raised, so
+``render --check`` lists them all at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator import __version__
+from orchestrator.config import binding
+from orchestrator.config.params import Settings
+from orchestrator.config.profile import LEAKED_CONTAINER_VARS, LoadedProfile, Partition, Profile
+from orchestrator.pipeline.runargs import JobSpec, lightning_layout
+from orchestrator.scripts import quoting
+from orchestrator.scripts.quoting import Shell, quote, quote_runtime
+from orchestrator.slurm import times
+from orchestrator.util import patterns
+
+Form = Literal["sbatch", "srun", "local"]
+FORMS: tuple[str, ...] = ("sbatch", "srun", "local")
+LOG_DIR = ".orchestrator/logs"
+# The exit status of a task that checkpointed on the requeue signal: "run me again".
+REQUEUE_EXIT = 75
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._@-]")
+
+
+@dataclass(frozen=True)
+class ContainerExec:
+    runtime: str
+    flags: tuple[Shell, ...]  # one option (with its value) each: GPU flag, binds, working dir
+    image: Shell
+    setup: str  # shell code run inside the container before the command ("" if none)
+
+
+@dataclass(frozen=True)
+class Staging:
+    """The job runs from a copy of its inputs on the profile's fast storage."""
+
+    inputs: tuple[str, ...]  # relative to the workspace: deps, and outs (a requeued run's checkpoint)
+    outputs: tuple[str, ...]  # relative to the workspace: copied back at the end and before a requeue
+    node_local: bool  # copy onto every node (else once, from the batch script)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything about one job, ready to render; ``problems`` lists what is wrong."""
+
+    item: str
+    profile: str
+    profile_source: str
+    form: Form
+    version: str
+    job_name: str
+    workspace: str
+    workdir: str  # the stage's wdir in the workspace
+    run_dir: Shell  # where the command runs: workdir, or its copy on fast storage
+    log: str  # relative to the workspace
+    nodes: int
+    tasks_per_node: int
+    gpus_per_node: int
+    account: str | None
+    partition: str | None
+    time: str | None
+    scheduler_args: tuple[str, ...]  # directives: safe characters only, no quoting needed
+    step_args: tuple[str, ...]  # srun arguments of the job step
+    unset: tuple[str, ...]
+    env: tuple[tuple[str, Shell], ...]  # exported in every task
+    node_local_dirs: tuple[str, ...]
+    master_addr_suffix: str
+    max_requeues: int  # 0: no requeue protocol (local form, or no requeue signal)
+    secrets: tuple[str, ...]  # environment variables the tasks need, passed by name only
+    container: ContainerExec | None
+    staging: Staging | None
+    command: tuple[str, ...]
+    binding: binding.Binding | None
+    problems: tuple[str, ...]
+
+    @property
+    def command_line(self) -> Shell:
+        return quoting.join(self.command)
+
+    @property
+    def srun_args(self) -> tuple[str, ...]:
+        """The blocking form's srun arguments: allocation and step in one call."""
+        return self.scheduler_args + tuple(a for a in self.step_args if a not in self.scheduler_args)
+
+
+def safe_name(item: str) -> str:
+    """A file and job name for an item: DVC's name with unusual characters replaced."""
+    return _UNSAFE_NAME.sub("_", item)
+
+
+def make_plan(
+    job: JobSpec,
+    item: str,
+    wdir: str,
+    loaded: LoadedProfile,
+    settings: Settings,
+    workspace: str,
+    form: Form | None = None,
+    *,
+    inputs: tuple[str, ...] | None = None,
+    outputs: tuple[str, ...] = (),
+) -> Plan:
+    """The job for ``item``; ``inputs``/``outputs`` (relative to the workspace) are what
+    staging copies (None: not known, so the job runs in the workspace itself)."""
+    p = loaded.profile
+    problems: list[str] = []
+    form = form or p.scheduler.launcher
+    if (form == "local") == p.uses_slurm:
+        allowed = "sbatch or srun" if p.uses_slurm else "local"
+        problems.append(f"form {form!r} does not fit profile {p.name!r}: use {allowed}")
+    tasks = job.gpus_per_node
+    problems += _resource_problems(job, p, tasks)
+    problems += _lightning_problems(job, tasks)
+
+    account = job.account or settings.account
+    partition_name = job.partition or settings.partition or p.scheduler.default_partition
+    time = job.time or settings.time or p.scheduler.default_time
+    partition = p.scheduler.partitions.get(partition_name or "")
+    bound: binding.Binding | None = None
+    if p.uses_slurm:
+        problems += _slurm_problems(job, p, account, partition_name, partition, time)
+        if p.node.gpus and tasks <= p.node.gpus:
+            bound = p.node.binding(tasks)
+            problems += binding.problems(bound, tasks, p.node.logical_cpus, p.node.reserved)
+
+    name = safe_name(item)
+    log = f"{LOG_DIR}/{name}-%j.log"
+    workdir = f"{workspace}/{wdir}" if wdir else workspace
+    whole_node = bool(partition and partition.whole_node)
+    cpus_per_task = min((len(c) for c in bound.cores), default=0) if bound else 0
+    sched = _scheduler_args(name, account, partition_name, partition, time, job, p, cpus_per_task, form, log) if p.uses_slurm else ()
+    step: list[str] = []
+    if p.uses_slurm:
+        step.append("--kill-on-bad-exit=1")
+        if cpus_per_task:
+            step.append(f"--cpus-per-task={cpus_per_task}")
+        if bound and whole_node:
+            step.append(f"--cpu-bind={bound.srun_value}")
+        elif bound:
+            step.append("--cpu-bind=cores")  # masks only hold on whole-node allocations
+    for arg in sched:
+        if not patterns.DIRECTIVE_SAFE.fullmatch(arg):
+            problems.append(f"{arg!r} has characters a Slurm directive cannot carry (allowed: letters, digits and ._@%:/+=,-)")
+
+    problems += [f"orchestrator.secrets: {n!r} is not an environment variable name" for n in settings.secrets if not patterns.ENV_NAME.fullmatch(n)]
+    if inputs is not None:  # a dvc.yaml item (not an ad-hoc job): its deps must name the image
+        problems += _image_problems(p, job, settings)
+    env = _environment(p, job, item, tasks, name, cpus_per_task)
+    staging = None
+    if form == "sbatch" and p.storage.workdir_root and inputs is not None:
+        # Outputs are staged in too (a requeued run resumes from its checkpoint there);
+        # a path that is both a dep and an out is copied once.
+        staging = Staging(tuple(dict.fromkeys((*inputs, *outputs))), outputs, p.storage.node_local)
+        env += (("ORCH_STAGE", Shell('"$ORCH_WORKDIR/work"')),)
+    run_dir = Shell('"$ORCH_STAGE"' + quote("/" + wdir)) if staging and wdir else Shell('"$ORCH_STAGE"') if staging else quote(workdir)
+    container = _container(p, job, workspace, run_dir, problems) if job.container and p.container.runtime else None
+    return Plan(
+        item=item,
+        profile=p.name,
+        profile_source=loaded.source,
+        form=form,
+        version=__version__,
+        job_name=name,
+        workspace=workspace,
+        workdir=workdir,
+        run_dir=run_dir,
+        log=log,
+        nodes=job.nodes,
+        tasks_per_node=tasks,
+        gpus_per_node=tasks if p.node.gpus else 0,
+        account=account if p.uses_slurm else None,
+        partition=partition_name if p.uses_slurm else None,
+        time=time if p.uses_slurm else None,
+        scheduler_args=sched,
+        step_args=tuple(step),
+        unset=LEAKED_CONTAINER_VARS + tuple(v for v in p.environment.unset if v not in LEAKED_CONTAINER_VARS),
+        env=env,
+        node_local_dirs=p.environment.node_local_dirs,
+        master_addr_suffix=p.environment.master_addr_suffix,
+        max_requeues=p.scheduler.max_requeues if p.uses_slurm and p.requeue_signal_name else 0,
+        secrets=settings.secrets,
+        container=container,
+        staging=staging,
+        command=job.command,
+        binding=bound if whole_node else None,
+        problems=tuple(problems),
+    )
+
+
+def _resource_problems(job: JobSpec, p: Profile, tasks: int) -> list[str]:
+    found = []
+    if not p.uses_slurm and job.nodes != 1:
+        found.append(f"asks for {job.nodes} nodes, but profile {p.name!r} runs on this one machine: use a Slurm profile (e.g. --cluster testbed)")
+    if p.node.gpus:
+        if tasks > p.node.gpus:
+            found.append(f"asks for {tasks} GPUs per node, but {p.name} nodes have {p.node.gpus}")
+    elif tasks > p.node.cores:
+        found.append(f"asks for {tasks} processes per node, but {p.name} nodes have {p.node.cores} cores")
+    return found
+
+
+def _lightning_problems(job: JobSpec, tasks: int) -> list[str]:
+    devices, num_nodes = lightning_layout(job.command)
+    found = []
+    if devices is not None and devices != str(tasks):
+        found.append(f"tasks per node ({tasks}, one per GPU) != Lightning devices ({devices}) in the command")
+    if num_nodes is not None and num_nodes != str(job.nodes):
+        found.append(f"nodes ({job.nodes}) != Lightning num_nodes ({num_nodes}) in the command")
+    return found
+
+
+NO_IMAGE = "none"
+
+
+def _image_problems(p: Profile, job: JobSpec, settings: Settings) -> list[str]:
+    """The stage must depend on the image its tasks run in (see params.Settings.image)."""
+    if job.container and p.container.runtime and (settings.image or NO_IMAGE) == NO_IMAGE:
+        return [
+            f"profile {p.name} runs every task in a container ({p.container.image}), but params.yaml's "
+            f"orchestrator.image is {NO_IMAGE!r}: name the containers/images.yaml entry built for it, so that "
+            "its digest (containers/<image>.digest, a dependency of the stage) makes the stage stale when the image changes"
+        ]
+    return []
+
+
+def _slurm_problems(job: JobSpec, p: Profile, account: str | None, partition_name: str | None, partition: Partition | None, time: str) -> list[str]:
+    s = p.scheduler
+    found = []
+    example = f" such as {s.account_example}" if s.account_example else ""
+    if not account:
+        found.append(f"no account: set orchestrator.account in params.yaml or pass --account (an account{example} matching {s.account_pattern!r})")
+    elif not re.fullmatch(s.account_pattern, account):
+        found.append(f"account {account!r} does not match {p.name}'s pattern {s.account_pattern!r} (e.g. {s.account_example or '...'})")
+    if partition is None:
+        found.append(f"unknown partition {partition_name!r} on {p.name}; partitions: {', '.join(s.partitions)}")
+    elif job.nodes > partition.max_nodes:
+        found.append(f"asks for {job.nodes} nodes, but partition {partition_name} allows at most {partition.max_nodes}")
+    try:
+        wanted = times.seconds(time)
+    except ValueError as exc:
+        found.append(f"time limit: {exc}")
+    else:
+        if partition and wanted > times.seconds(partition.max_time):
+            found.append(f"time {time} exceeds partition {partition_name}'s limit of {partition.max_time}")
+        if wanted == 0:
+            found.append("time limit 0: give the job some time")
+    return found
+
+
+def _scheduler_args(name, account, partition_name, partition, time, job, p, cpus_per_task, form, log) -> tuple[str, ...]:
+    args = [f"--job-name={name}"]
+    if account:
+        args.append(f"--account={account}")
+    if partition_name:
+        args.append(f"--partition={partition_name}")
+    if partition and partition.qos:
+        args.append(f"--qos={partition.qos}")
+    if partition and partition.constraint:
+        args.append(f"--constraint={partition.constraint}")
+    args += [f"--time={time}", f"--nodes={job.nodes}", f"--ntasks-per-node={job.gpus_per_node}"]
+    if p.node.gpus:
+        args.append(f"--gpus-per-node={job.gpus_per_node}")
+    if cpus_per_task:
+        args.append(f"--cpus-per-task={cpus_per_task}")
+    if partition and partition.whole_node:
+        args.append("--exclusive")
+    if p.scheduler.requeue_signal:
+        args.append(f"--signal={p.scheduler.requeue_signal}")
+        if form == "sbatch":
+            args.append("--requeue")
+    args += ["--open-mode=append", f"--output={log}"]
+    return tuple(args)
+
+
+def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpus_per_task: int) -> tuple[tuple[str, Shell], ...]:
+    env: list[tuple[str, Shell]] = [(k, quote_runtime(v)) for k, v in sorted(p.environment.variables.items())]
+    if "OMP_NUM_THREADS" not in p.environment.variables:
+        # One OpenMP thread per core the task owns: left unset, every task starts one
+        # per core of the node, and oversubscribed OpenMP spins (10x slower steps seen
+        # on a loaded 2-core machine).
+        env.append(("OMP_NUM_THREADS", quote(cpus_per_task or max(1, p.node.cores // tasks))))
+    env += [
+        ("ORCH_ITEM", quote(item)),
+        ("ORCH_PROFILE", quote(p.name)),
+        ("ORCH_NUM_NODES", quote(job.nodes)),
+        ("ORCH_DEVICES", quote(tasks)),
+    ]
+    if p.uses_slurm and p.requeue_signal_name:
+        env.append(("ORCH_REQUEUE_SIGNAL", quote(p.requeue_signal_name)))
+    if p.node.gpu and p.node.gpu.peak_tflops_bf16:
+        # The training's MFU against the profile's peak, as the report computes it.
+        env.append(("ORCH_PEAK_TFLOPS", quote(f"{p.node.gpu.peak_tflops_bf16:g}")))
+    if p.storage.workdir_root:
+        env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}"))))
+    return tuple(env)
+
+
+def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problems: list[str]) -> ContainerExec | None:
+    c = p.container
+    if not c.image:
+        problems.append(f"profile {p.name} names a container runtime but no image (container.image)")
+        return None
+    flags: list[Shell] = []
+    if c.gpu_flag and p.node.gpus:
+        flags.append(Shell(c.gpu_flag))
+    binds: list[Shell] = [quote_runtime(b) for b in c.binds]
+    binds.append(quote(workspace))
+    binds += [quote(b) for b in job.binds]
+    if p.storage.workdir_root:
+        binds.append(Shell('"$ORCH_WORKDIR"'))
+    for path in (workspace, *job.binds):
+        if "," in path or ":" in path:
+            problems.append(f"cannot bind {path!r} into the container: apptainer bind paths may not contain ',' or ':'")
+    flags += [Shell(f"--bind {b}") for b in binds]
+    flags.append(Shell(f"--pwd {run_dir}"))
+    setup = "; ".join((*c.setup, 'exec "$@"')) if c.setup else ""
+    return ContainerExec(runtime=c.runtime or "", flags=tuple(flags), image=quote_runtime(c.image), setup=setup)
