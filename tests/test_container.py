@@ -225,11 +225,11 @@ def test_big_files_are_hashed_once_then_known_by_stat(tmp_path):
     big.write_bytes(b"\1" * ct.BIG_FILE)
     inp = [ct.Input("wheels/big.whl", big)]
     digests, cache = ct.digest_inputs(inp)
-    assert digests["wheels/big.whl"] == ct.file_sha256(big)
+    assert digests["wheels/big.whl"] == ct.sha256_file(big)
     cache[str(big)][3] = "from-the-cache"
     assert ct.digest_inputs(inp, cache)[0]["wheels/big.whl"] == "from-the-cache"
     os.utime(big, ns=(1, 1))  # touched (or replaced): hashed again
-    assert ct.digest_inputs(inp, cache)[0]["wheels/big.whl"] == ct.file_sha256(big)
+    assert ct.digest_inputs(inp, cache)[0]["wheels/big.whl"] == ct.sha256_file(big)
 
 
 def test_torch_wheel_lookup(tmp_path):
@@ -323,7 +323,7 @@ def test_build_then_up_to_date_then_rebuild_on_change(tiny, isolated_tmp):
     assert argv[:4] == ["apptainer", "build", "--fakeroot", "--force"] and Path(argv[4]).parent == image.parent
     assert Path(argv[4]).name.startswith(".tiny.sif.") and argv[5].endswith("tiny.def")  # built beside, renamed into place
     stamp = json.loads((tiny / ct.IMAGES_DIR / "tiny.sif.json").read_text())
-    assert stamp["content_hash"] == first.content_hash and stamp["digest"] == first.digest == "sha256:" + ct.file_sha256(image)
+    assert stamp["content_hash"] == first.content_hash and stamp["digest"] == first.digest == "sha256:" + ct.sha256_file(image)
     assert stamp["runtime"] == "apptainer version 1.4.5" and stamp["git_commit"] == "unknown"
     assert (tiny / "containers" / "tiny.digest").read_text() == first.digest + "\n"
     assert leftovers(image.parent, isolated_tmp) == []

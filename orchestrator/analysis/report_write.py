@@ -21,13 +21,13 @@ import csv
 import html
 import io
 import json
-import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.analysis.report import Report, Row, Series, metrics_of
+from orchestrator.util import files
 
 DASH = "—"
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -65,10 +65,7 @@ def slug(name: str) -> str:
 
 
 def _write(path: Path, data: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
+    files.atomic_write(path, data)
     return path
 
 

@@ -46,6 +46,8 @@ from pathlib import Path
 import click
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.util import files, git
+from orchestrator.util.files import sha256_file
 from orchestrator.util.runner import Runner
 
 CONTAINERS_DIR = "containers"
@@ -299,18 +301,10 @@ def digest_inputs(inputs: Iterable[Input], cache: Mapping[str, Sequence] | None 
         if hit and list(hit[:3]) == [st.st_size, st.st_mtime_ns, st.st_ino]:
             digest = str(hit[3])
         else:
-            digest = file_sha256(inp.path)
+            digest = sha256_file(inp.path)
         digests[inp.dest] = digest
         new_cache[key] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]
     return digests, new_cache
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _source_inputs(project: Path, source: Sequence[str]) -> Iterable[Input]:
@@ -323,9 +317,9 @@ def _source_inputs(project: Path, source: Sequence[str]) -> Iterable[Input]:
         if top.is_file():
             yield Input(f"src/{entry}", top)
             continue
-        for root, dirs, files in os.walk(top):
+        for root, dirs, names in os.walk(top):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
-            for f in sorted(files):
+            for f in sorted(names):
                 if f.startswith(".") or f.endswith((".pyc", ".pyo")):
                     continue
                 path = Path(root, f)
@@ -552,7 +546,7 @@ def build(
     definition_sha = hashlib.sha256(prepared.hashed_definition.encode()).hexdigest()
     reason = "--force" if force else stale_reason(stamp, out, chash, digests, definition_sha)
     if reason is None:
-        _write_if_changed(digest_file, f"{stamp['digest']}\n")
+        files.write_if_changed(digest_file, f"{stamp['digest']}\n")
         return Result(image.name, out, False, chash, stamp["digest"], digest_file, time.monotonic() - start)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -563,7 +557,7 @@ def build(
             stale.unlink(missing_ok=True)
         say(f"{image.name}: building ({reason}) with {Path(runtime).name} build --fakeroot; this can take minutes")
         commit = git_commit(project, image.source, runner)
-        version = _run_text(runner, [runtime, "--version"]) or Path(runtime).name
+        version = _runtime_version(runner, runtime)
         sif_digest, chash, digests, cache = _build_into_place(runtime, runner, prepared, out, commit, cache, timeout, say)
         stamp = {
             "version": STAMP_VERSION,
@@ -581,8 +575,8 @@ def build(
             "inputs": digests,
             "stat_cache": cache,
         }
-        _atomic_write(stamp_path(out), json.dumps(stamp, indent=1, sort_keys=True) + "\n")
-        _write_if_changed(digest_file, f"{sif_digest}\n")
+        files.atomic_write(stamp_path(out), json.dumps(stamp, indent=1, sort_keys=True) + "\n")
+        files.write_if_changed(digest_file, f"{sif_digest}\n")
     return Result(image.name, out, True, chash, sif_digest, digest_file, time.monotonic() - start, reason)
 
 
@@ -622,7 +616,7 @@ def _build_into_place(runtime, runner, prepared: Prepared, out: Path, commit: st
             raise BuildError(
                 f"building image {prepared.image.name!r}: {Path(runtime).name} build succeeded but wrote no image", hints=[f"log: {log}"]
             )
-        sif_digest = "sha256:" + file_sha256(tmp)
+        sif_digest = "sha256:" + sha256_file(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
         return sif_digest, chash, digests, cache
@@ -668,21 +662,18 @@ def _safe_tmpdir() -> str:
 
 def git_commit(project: Path, source: Sequence[str], runner: Runner) -> str:
     """HEAD's commit, with ``-dirty`` when the copied-in paths differ from it; ``unknown`` outside git."""
-    if not runner.which("git"):
+    code = git.state(project, runner, source)
+    if code is None:
         return "unknown"
-    head = _run_text(runner, ["git", "-C", str(project), "rev-parse", "HEAD"])
-    if not head or not re.fullmatch(r"[0-9a-f]{40,64}", head):
-        return "unknown"
-    status = runner.run(["git", "-C", str(project), "status", "--porcelain", "--", *source])
-    return head + ("-dirty" if status.returncode != 0 or status.stdout.strip() else "")
+    return code.commit + ("-dirty" if code.dirty else "")
 
 
-def _run_text(runner: Runner, argv: Sequence[str]) -> str:
+def _runtime_version(runner: Runner, runtime: str) -> str:
     try:
-        done = runner.run(argv, timeout=60)
+        done = runner.run([runtime, "--version"], timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
+        return Path(runtime).name
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else Path(runtime).name
 
 
 def _text(data) -> str:
@@ -691,44 +682,10 @@ def _text(data) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else str(data)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_if_changed(path: Path, text: str) -> None:
-    try:
-        if path.read_text() == text:
-            return
-    except OSError:
-        pass
-    _atomic_write(path, text)
-
-
-class _lock:
+def _lock(image_path: Path):
     """An exclusive flock beside the image, so two builds of one image run one after
     the other (the second then finds it up to date)."""
-
-    def __init__(self, image_path: Path) -> None:
-        self.path = image_path.with_name(f".{image_path.name}.lock")
-
-    def __enter__(self):
-        import fcntl
-
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.close(self.fd)
+    return files.locked(image_path.with_name(f".{image_path.name}.lock"))
 
 
 # --- command line -----------------------------------------------------------------------------

@@ -38,7 +38,6 @@ the same temporary name, verification and rename, in Python.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -52,7 +51,8 @@ from typing import Literal, NoReturn
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.scripts import quoting
-from orchestrator.util import patterns
+from orchestrator.util import files, patterns
+from orchestrator.util.files import sha256_file
 from orchestrator.util.runner import Completed, Runner
 
 
@@ -153,14 +153,6 @@ def remote_image_path(template: str, values: Mapping[str, str]) -> str:
 _CHUNK = 1 << 20
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def cache_path(image: Path) -> Path:
     return image.with_name(f".{image.name}.sha256")
 
@@ -183,12 +175,10 @@ def local_sha256(image: Path) -> str:
         raise ShipError(f"cannot read the image {image}: {exc.strerror or exc}") from exc
     after = image.stat()
     if (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns):  # not being written meanwhile
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}")
         try:
-            tmp.write_text(f"{digest} {key}\n")
-            os.replace(tmp, cache)
+            files.atomic_write(cache, f"{digest} {key}\n")
         except OSError:
-            tmp.unlink(missing_ok=True)  # a read-only image folder: no cache, hash every time
+            pass  # a read-only image folder: no cache, hash every time
     return digest
 
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.scripts.plan import safe_name
 from orchestrator.slurm.states import State
+from orchestrator.util import files
 
 LEDGER_DIR = ".orchestrator/ledger"
 
@@ -152,14 +151,9 @@ class Ledger:
     @contextlib.contextmanager
     def locked(self, item: str) -> Iterator[ItemLedger]:
         """Hold the item's lock; yields its records for reading and appending."""
-        self.dir.mkdir(parents=True, exist_ok=True)
         path = self._path(item)
-        fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with files.locked(path.with_suffix(".lock")):
             yield ItemLedger(path, *_read_all(path))
-        finally:
-            os.close(fd)  # closing releases the lock, also when we are killed
 
     def records(self, item: str) -> list[Record]:
         return _read(self._path(item))
@@ -191,13 +185,7 @@ def _read_all(path: Path) -> tuple[list[Record], Intent | None]:
 
 
 def _write(path: Path, records: list[Record], intent: Intent | None) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w") as f:
-        data: dict = {"records": [r.to_json() for r in records]}
-        if intent is not None:
-            data["submitting"] = dataclasses.asdict(intent)
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    data: dict = {"records": [r.to_json() for r in records]}
+    if intent is not None:
+        data["submitting"] = dataclasses.asdict(intent)
+    files.atomic_write(path, json.dumps(data, indent=1, sort_keys=True), durable=True)  # the job id must survive a crash

@@ -17,6 +17,7 @@ from pathlib import Path
 from orchestrator.config.profile import LoadedProfile
 from orchestrator.jobs import ledger
 from orchestrator.pipeline import stages
+from orchestrator.util import files, git
 from orchestrator.util.runner import Runner
 
 FILE = stages.PROVENANCE_FILE
@@ -33,12 +34,9 @@ def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str
     image = loaded.profile.container.image
     if image and loaded.profile.container.runtime:
         prov["image"] = image  # its digest joins once images are built by the orchestrator
-    if runner.which("git"):
-        head = runner.run(["git", "-C", str(root), "rev-parse", "HEAD"], timeout=30)
-        if head.returncode == 0:
-            dirty = runner.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=30)
-            prov["git_commit"] = head.stdout.strip()
-            prov["git_dirty"] = bool(dirty.stdout.strip())
+    code = git.state(root, runner, untracked=False)
+    if code is not None:
+        prov["git_commit"], prov["git_dirty"] = code.commit, code.dirty
     return prov
 
 
@@ -68,6 +66,4 @@ def write_beside(root: Path, metrics_files: Sequence[str], data: dict) -> None:
     """Write ``provenance.json`` next to each metrics file (atomically)."""
     for folder in sorted({os.path.dirname(m) for m in metrics_files}):
         path = root / folder / FILE
-        tmp = path.with_name(f".{FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        files.atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")

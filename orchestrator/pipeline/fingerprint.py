@@ -18,6 +18,7 @@ from pathlib import Path
 
 from orchestrator.errors import PipelineError
 from orchestrator.pipeline import stages
+from orchestrator.util import files
 
 CACHE_DIR = ".orchestrator/cache"
 
@@ -45,10 +46,7 @@ def producers(root: Path) -> dict[str, str]:
         pass
     jobs, _ = stages.jobs(stages.resolve(root))
     found = {os.path.normpath(os.path.join(j.item.wdir, out)): j.item.name for j in jobs for out in j.item.outs}
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(found, sort_keys=True))
-    os.replace(tmp, cache)
+    files.atomic_write(cache, json.dumps(found, sort_keys=True))
     return found
 
 

@@ -8,7 +8,6 @@ together; files are written only when there are none, and all at once.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from orchestrator.pipeline import stages
 from orchestrator.scripts import lint, render
 from orchestrator.scripts.plan import Form, Plan
 from orchestrator.scripts.workspace import Workspace
+from orchestrator.util import files
 from orchestrator.util.runner import Runner
 
 
@@ -89,22 +89,7 @@ def write(rendered: Rendered, out: Path, replace_all: bool) -> None:
 def write_script(path: Path, text: str) -> None:
     """Write one script beside its final name and rename it into place, so it is
     never half-written; leave it alone if it already holds ``text``."""
-    data = text.encode()
-    if _same(path, data):
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def _same(path: Path, data: bytes) -> bool:
-    try:
-        return path.stat().st_size == len(data) and path.read_bytes() == data
-    except FileNotFoundError:
-        return False
+    files.write_if_changed(path, text, mode=0o755)
 
 
 def _grouped(pairs: list[tuple[str, str]], shown: int = 3) -> list[str]:

@@ -42,6 +42,7 @@ from pathlib import Path
 import click
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.util import files
 from orchestrator.util.runner import Completed, Runner, SubprocessRunner
 
 
@@ -386,10 +387,7 @@ class Testbed:
                     path.chmod(mode)
                 continue
             self.say(f"writing {path}")
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(content)
-            tmp.chmod(mode)
-            tmp.replace(path)
+            files.atomic_write(path, content, mode=mode)
             changed.add(path)
         return changed
 
