@@ -11,7 +11,7 @@ Three sources, in this order; the first with a value wins and is named in
     prints 0 or nothing when no plugin gathered energy (the testbed, and many
     clusters), and no job runs on 0 J, so 0 means "not recorded", never "free".
     What it covers depends on the plugin (:data:`PLUGIN_SCOPES`): the GPUs
-    (``gpu``, formerly ``rsmi``), CPU sockets and memory (``rapl``), or whole
+    (``gpu``; ``rsmi`` on older Slurm), CPU sockets and memory (``rapl``), or whole
     nodes (``ipmi``, ``pm_counters`` on HPE Cray, ``xcc``).
 ``sampled``
     The GPUs' energy measured by the training itself while it ran

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import click
 
 from orchestrator.analysis import layout as lay
+from orchestrator.cli.options import cluster_option
 from orchestrator.errors import PlanError
 
 _COUNT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)(e[+-]?\d+)?\s*([kmbt]?)\s*", re.IGNORECASE)
@@ -61,7 +62,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option("--seq-len", type=click.IntRange(min=1), default=lay.DEFAULT_SEQ_LEN, show_default=True, help="Sequence length (tokens).")
 @click.option("--vocab", type=click.IntRange(min=0), default=lay.DEFAULT_VOCAB, show_default=True, help="Vocabulary size (GPT-2's by default).")
 @click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs of the job (a multiple of the GPUs per node).")
-@click.option("--cluster", "-c", default=None, help="Built-in profile name or profile file: GPUs per node, memory, peak FLOP/s (and bandwidths, when it has them).")
+@cluster_option("Built-in profile name or profile file: GPUs per node, memory, peak FLOP/s (and bandwidths, when it has them)", default=None)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="GPUs per node [default: the profile's].")
 @click.option("--gpu-memory-gb", type=_POSITIVE, default=None, help="Memory per GPU in GB [default: the profile's].")
 @click.option(
@@ -150,7 +151,7 @@ def _profile_facts(cluster: str) -> dict[str, float | None]:
         "gpus_per_node": node.gpus,
         "memory_gb": node.gpu.memory_gb,
         "peak_tflops": node.gpu.peak_tflops_bf16,
-        # Proposed profile fields (issue 6); read when profile.py has them, defaults until then.
+        # Optional in a profile: None falls back to the flag, else the documented default.
         "intra_node_gbps": node.intra_node_gbps,
         "inter_node_gbps": node.inter_node_gbps,
     }

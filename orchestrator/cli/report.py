@@ -11,15 +11,17 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli.options import cluster_option, project_option
+
 
 @click.command("report")
 @click.argument("stages", nargs=-1)
-@click.option("--cluster", "-c", default=None, help="Profile whose params overlay chose the matrix (default: params.yaml, else Slurm's ClusterName, else local); also used for runs whose provenance names none.")
+@cluster_option("Profile whose params overlay chose the matrix, also used for runs whose provenance names none")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("reports"), show_default=True, help="Output folder (relative to the project).")
 @click.option("--pue", type=click.FloatRange(min=1), default=None, help="Power usage effectiveness [default: each run's profile's site.pue].")
 @click.option("--carbon-intensity", type=click.FloatRange(min=0), default=None, help="g CO2e per kWh [default: each run's profile's site.carbon_intensity_g_per_kwh].")
 @click.option("--accounting/--no-accounting", default=True, show_default=True, help="Ask Slurm's accounting (sacct) for the jobs' energy.")
-@click.option("--project", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True, help="The DVC project (folder with dvc.yaml).")
+@project_option
 def report(stages: tuple[str, ...], cluster: str | None, out: Path, pue: float | None, carbon_intensity: float | None, accounting: bool, project: Path) -> None:
     """Scaling report of STAGES (default: every stage with a run that has a throughput).
 

@@ -26,8 +26,9 @@ from orchestrator.slurm import times
 from orchestrator.util import patterns, yamlio
 
 BUILTIN_DIR = Path(__file__).parent / "profiles"
-# Variables an outer container leaks into everything started from it (seed 000's
-# `export SINGULARITY_BIND=;`); APPTAINER_BIND even overrides SINGULARITY_BIND.
+# Variables an outer container leaks into everything started from it (a job started
+# from a shell inside a container inherits its SINGULARITY_BIND); APPTAINER_BIND even
+# overrides SINGULARITY_BIND.
 LEAKED_CONTAINER_VARS = tuple(
     f"{prefix}_{name}"
     for prefix in ("APPTAINER", "SINGULARITY")
@@ -341,8 +342,3 @@ def _environment_problems(p: Profile) -> list[str]:
 
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
-
-
-def to_yaml(p: Profile) -> str:
-    """The profile as YAML (used for profiles built in code; files print their own text)."""
-    return yamlio.dump(yamlio.unstructure(p))

@@ -23,7 +23,6 @@ from orchestrator.slurm import times
 from orchestrator.util import patterns
 
 Form = Literal["sbatch", "srun", "local"]
-FORMS: tuple[str, ...] = ("sbatch", "srun", "local")
 LOG_DIR = ".orchestrator/logs"
 # The exit status of a task that checkpointed on the requeue signal: "run me again".
 REQUEUE_EXIT = 75

@@ -129,9 +129,5 @@ def _describe(exc: Any, cls: type) -> list[str]:
     return out
 
 
-def unstructure(obj: Any) -> Any:
-    return _converter().unstructure(obj)
-
-
 def dump(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100)

@@ -35,8 +35,8 @@ orch_task() {
   export ORCH_WORKDIR="/lustre/orion/${SLURM_JOB_ACCOUNT}/scratch/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
   mkdir -p -- "$MIOPEN_USER_DB_PATH"
   mkdir -p -- "$MIOPEN_CUSTOM_CACHE_DIR"
-  # Scratch on the profile's fast storage (temporary files, caches); seed 000's
-  # data loaders timed out on slow shared storage.
+  # Scratch on the profile's fast storage (temporary files, caches): data
+  # loaders time out on slow shared storage.
   export TMPDIR="$ORCH_WORKDIR/tmp"
   mkdir -p -- "$TMPDIR"
   # Ignored until the training installs its own handler: an early requeue signal

@@ -29,8 +29,8 @@ orch_task() {
   export ORCH_REQUEUE_SIGNAL=USR1
   export ORCH_PEAK_TFLOPS=312
   export ORCH_WORKDIR="${TMPDIR}"/benchmark@pydoc-base-device_cfg4
-  # Scratch on the profile's fast storage (temporary files, caches); seed 000's
-  # data loaders timed out on slow shared storage.
+  # Scratch on the profile's fast storage (temporary files, caches): data
+  # loaders time out on slow shared storage.
   export TMPDIR="$ORCH_WORKDIR/tmp"
   mkdir -p -- "$TMPDIR"
   # Ignored until the training installs its own handler: an early requeue signal

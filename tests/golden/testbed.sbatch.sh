@@ -41,8 +41,8 @@ orch_task() {
   export ORCH_REQUEUE_SIGNAL=USR1
   export ORCH_WORKDIR="/tmp/orchestrator-testbed/${USER}"/benchmark@pydoc-base-device_cfg4
   export ORCH_STAGE="$ORCH_WORKDIR/work"
-  # Scratch on the profile's fast storage (temporary files, caches); seed 000's
-  # data loaders timed out on slow shared storage.
+  # Scratch on the profile's fast storage (temporary files, caches): data
+  # loaders time out on slow shared storage.
   export TMPDIR="$ORCH_WORKDIR/tmp"
   mkdir -p -- "$TMPDIR"
   # Ignored until the training installs its own handler: an early requeue signal
@@ -54,7 +54,7 @@ orch_task() {
 export -f orch_task
 
 # Staging: the job runs from a copy of its inputs on the profile's fast storage
-# (data loaders time out on slow shared storage, seed 000) and its outputs come
+# (data loaders time out on slow shared storage) and its outputs come
 # back at the end and before a requeue. rsync writes each file beside its place
 # and renames it in (--delay-updates: all at the end), so a half-copied
 # checkpoint never appears under its own name.

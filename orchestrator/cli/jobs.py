@@ -1,0 +1,144 @@
+"""The job commands: `run` one item (what a DVC stage calls), `submit` all and leave, then `status`, `logs`, `show`, `cancel`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.options import cluster_option, project_option, table
+from orchestrator.errors import OrchestratorError
+from orchestrator.pipeline.runargs import run_options, spec_from_options
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@run_options
+@cluster_option()
+@click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
+@click.option("--name", default=None, help="Item name outside DVC (inside a stage DVC_STAGE names it).")
+def run(cluster: str | None, form: str | None, name: str | None, **options) -> None:
+    """Run one job: what a DVC stage's cmd calls for a matrix item.
+
+    Plans and renders the item's script (the one `orchestrator render` shows),
+    attaches to a job already submitted with the same script and inputs, or
+    submits one, waits, and checks the stage's outputs exist.
+    """
+    from orchestrator.jobs import foreground
+    from orchestrator.util.runner import SubprocessRunner
+
+    ctx = foreground.Context.from_environment(name)
+    foreground.run_item(ctx, spec_from_options(options), cluster, form, SubprocessRunner())  # type: ignore[arg-type]
+
+
+@click.command()
+@click.argument("targets", nargs=-1)
+@cluster_option()
+@project_option
+def submit(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
+    """Submit every stale orchestrated item at once and return (you may log out).
+
+    Downstream items wait for their upstream jobs (--dependency=afterok). A last
+    small job records the results in DVC when all have ended (profiles with a
+    service_partition); otherwise run `dvc repro` then: it attaches to the jobs.
+    """
+    from orchestrator.jobs import detached
+    from orchestrator.util.runner import SubprocessRunner
+
+    done = detached.submit(project, cluster, SubprocessRunner(), targets, say=lambda line: click.echo(f"orchestrator: {line}", err=True))
+    if not done:
+        click.echo("nothing to submit: every orchestrated stage is up to date")
+        return
+    table(
+        ("item", "job", "state", "after"),
+        [(s.item, s.job_id, ("attached, " if s.attached else "") + s.state.value, ",".join(s.after) or "-") for s in done],
+    )
+
+
+@click.command()
+@click.argument("targets", nargs=-1)
+@click.option("--watch", "-w", is_flag=True, help="Refresh until every job has ended (polling backs off).")
+@project_option
+def status(targets: tuple[str, ...], watch: bool, project: Path) -> None:
+    """One table of the submitted items: state, job id, nodes, elapsed, exit code."""
+    import time
+
+    from orchestrator.jobs import status as st
+    from orchestrator.slurm.times import hms
+    from orchestrator.util.runner import SubprocessRunner
+
+    runner, interval = SubprocessRunner(), 2.0
+    while True:
+        rows = st.refresh(project, runner, targets)
+        columns = ["item", "state", "job", "nodes", "elapsed", "exit", "MFU", "submissions"]
+        cells = [
+            [r.item, r.state.value, r.job_id, r.nodes, hms(r.elapsed_s), "-" if r.exit_code is None else str(r.exit_code), "-" if r.mfu is None else f"{r.mfu:.1%}", str(r.submissions)]
+            for r in rows
+        ]
+        if any(r.node_faults or r.avoiding for r in rows):  # only when a node failed
+            columns.append("node faults")
+            for r, row in zip(rows, cells, strict=True):
+                row.append(f"{r.node_faults} retried" + (f", avoiding {','.join(r.avoiding)}" if r.avoiding else "") if r.node_faults or r.avoiding else "-")
+        table(tuple(columns), [tuple(c) for c in cells])
+        if not watch or all(r.state.final for r in rows):
+            return
+        time.sleep(interval)
+        interval = min(interval * 1.5, 60.0)
+        click.echo()
+
+
+@click.command()
+@click.argument("item")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing as the job writes, until it ends.")
+@project_option
+def logs(item: str, follow: bool, project: Path) -> None:
+    """Print the log of ITEM's newest job."""
+    import time
+
+    from orchestrator.jobs import status as st
+    from orchestrator.util.runner import SubprocessRunner
+
+    path = st.log_path(project, item)
+    offset, idle = 0, 0.5
+    while True:
+        if path.exists():
+            with path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            offset += len(chunk)
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+        if not follow:
+            if not path.exists():
+                raise OrchestratorError(f"{item}: no log yet at {path} (the job may still be pending)")
+            return
+        (row,) = st.refresh(project, SubprocessRunner(), [item])
+        if row.state.final and path.exists() and path.stat().st_size == offset:
+            return
+        time.sleep(idle)
+        idle = min(idle * 1.5, 10.0)
+
+
+@click.command()
+@click.argument("item")
+@project_option
+def show(item: str, project: Path) -> None:
+    """How ITEM's newest job was produced: code, profile, script, job, nodes; and how to re-run it."""
+    from orchestrator.jobs import ledger, provenance
+    from orchestrator.jobs import status as st
+    from orchestrator.util import yamlio
+
+    record = st.one(project, item)
+    click.echo(yamlio.dump(provenance.of(record, ledger.Ledger(project).records(record.item))), nl=False)
+
+
+@click.command()
+@click.argument("targets", nargs=-1)
+@project_option
+def cancel(targets: tuple[str, ...], project: Path) -> None:
+    """Cancel the running and pending jobs of TARGETS (default: all submitted items)."""
+    from orchestrator.jobs import status as st
+    from orchestrator.util.runner import SubprocessRunner
+
+    ids = st.cancel(project, SubprocessRunner(), targets)
+    click.echo(f"cancelled {len(ids)} job(s){': ' + ' '.join(ids) if ids else ''}")
