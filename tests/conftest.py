@@ -72,11 +72,12 @@ def slurm_testbed():
     Skips without root or apt-get (the testbed installs Debian packages and starts
     system daemons), except under CI=true, where that is a failure.
     """
-    from orchestrator.testbed import cluster
+    from orchestrator.testbed.cluster import Testbed
+    from orchestrator.testbed.settings import Settings
 
     require_root_and_apt("the Slurm testbed")
-    settings = cluster.Settings.for_this_machine()
-    cluster.Testbed(settings, timeout=180).up()
+    settings = Settings.for_this_machine()
+    Testbed(settings, timeout=180).up()
     return settings
 
 
@@ -232,9 +233,10 @@ def ci_image(apptainer) -> Path:
     """The project's CI image, in the persistent cache under its content hash
     (ci-<hash>.sif): built once per machine and content, found up to date afterwards.
     The three most recent are kept, so switching branches back and forth does not rebuild."""
-    from orchestrator.containers import build as ct
+    from orchestrator.containers.build import stamp_path
+    from orchestrator.containers.inputs import current_hash
 
-    key = ct.current_hash(ROOT, "ci").removeprefix("sha256:")[:16]
+    key = current_hash(ROOT, "ci").removeprefix("sha256:")[:16]
     out = IMAGE_CACHE / f"ci-{key}.sif"
     proc, seconds = cli("build", "ci", "--output", str(out), "--digest-file", str(out.with_suffix(".digest")))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -242,7 +244,7 @@ def ci_image(apptainer) -> Path:
     for old in sorted(IMAGE_CACHE.glob("ci-*.sif"), key=lambda p: p.stat().st_mtime, reverse=True)[3:]:
         for path in (
             old,
-            ct.stamp_path(old),
+            stamp_path(old),
             old.with_suffix(".digest"),
             old.with_name(f"{old.stem}.build.log"),
             old.with_name(f".{old.name}.lock"),

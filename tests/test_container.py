@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from conftest import ROOT, cli
 from fakes import FakeRunner, ok
 
-from orchestrator.containers import build as ct
+from orchestrator.containers import build, definition, images, inputs
+from orchestrator.util.files import sha256_file
 from orchestrator.util.runner import Completed
 
 PYPROJECT = """\
@@ -83,26 +84,26 @@ def isolated_tmp(tmp_path, monkeypatch) -> Path:
 
 
 def content_hash_of(project: Path, name: str, *overrides: str) -> str:
-    return ct.current_hash(project, name, overrides)
+    return inputs.current_hash(project, name, overrides)
 
 
 def fake_apptainer(rc: int = 0, write: bytes = b"SIF image bytes", output: str = "INFO:    Build complete\n") -> FakeRunner:
     """A runner whose `apptainer build` writes ``write`` to its output path and exits ``rc``."""
 
-    def build(argv):
+    def fake_build(argv):
         if argv[1] == "--version":
             return Completed(tuple(argv), 0, "apptainer version 1.4.5\n", "")
         Path(argv[-2]).write_bytes(write)  # a failed build may leave a half-written file
         return Completed(tuple(argv), rc, output, "FATAL:   While performing build: exit status 1\n" if rc else "")
 
-    return FakeRunner(answers={"apptainer": build, "git": ok("", rc=128)}, installed={"apptainer"})
+    return FakeRunner(answers={"apptainer": fake_build, "git": ok("", rc=128)}, installed={"apptainer"})
 
 
 # --- rendering -------------------------------------------------------------------------------
 
 
 def test_ci_definition_renders_with_quoted_values_and_blank_build_values():
-    prepared = ct.prepare(ROOT, ct.select(ROOT, "ci"))
+    prepared = inputs.prepare(ROOT, images.select(ROOT, "ci"))
     text = prepared.hashed_definition
     assert text.startswith("Bootstrap: debootstrap\nOSVersion: bookworm\n")
     assert '"/build-context/src" /opt/orchestrator/src' in text
@@ -121,10 +122,10 @@ def test_ci_definition_renders_with_quoted_values_and_blank_build_values():
 def test_site_and_registry_definitions_keep_the_base_images_torch(tmp_path):
     base = tmp_path / "lumi.sif"
     base.write_bytes(b"base")
-    lumi = ct.prepare(ROOT, ct.select(ROOT, "lumi", [f"base={base}"])).hashed_definition
+    lumi = inputs.prepare(ROOT, images.select(ROOT, "lumi", [f"base={base}"])).hashed_definition
     assert f"Bootstrap: localimage\nFrom: {base}\n" in lumi
     assert "$WITH_CONDA" in lumi and "torch==2.13.0" not in lumi and "'pytorch-lightning>=2.5,<2.7'" in lumi
-    nvidia = ct.prepare(ROOT, ct.select(ROOT, "nvidia")).hashed_definition
+    nvidia = inputs.prepare(ROOT, images.select(ROOT, "nvidia")).hashed_definition
     assert "Bootstrap: docker\nFrom: nvcr.io/nvidia/pytorch:" in nvidia
     assert "-c /opt/orchestrator/torch-constraint.txt" in nvidia and "torch==2.13.0" not in nvidia
 
@@ -140,52 +141,52 @@ def test_site_and_registry_definitions_keep_the_base_images_torch(tmp_path):
     ],
 )
 def test_image_values_are_validated(setting, problem):
-    with pytest.raises(ct.ContainerError, match="is invalid") as err:
-        ct.select(ROOT, "nvidia", [setting])
+    with pytest.raises(images.ContainerError, match="is invalid") as err:
+        images.select(ROOT, "nvidia", [setting])
     assert problem in err.value.render() and "valid keys" in err.value.render()
 
 
 def test_an_unknown_image_lists_the_images():
-    with pytest.raises(ct.ContainerError, match="no image 'nope'") as err:
-        ct.select(ROOT, "nope")
+    with pytest.raises(images.ContainerError, match="no image 'nope'") as err:
+        images.select(ROOT, "nope")
     assert "ci, lumi, nvidia" in err.value.render()
 
 
 def test_a_value_the_definition_needs_must_be_set(tiny):
-    with pytest.raises(ct.ContainerError, match="uses base, which containers/images.yaml does not set"):
-        images = tiny / "containers" / "images.yaml"
-        images.write_text(images.read_text() + "nobase:\n  definition: localimage.def.j2\n  source: [pkg]\n")
-        ct.prepare(tiny, ct.select(tiny, "nobase"))
+    with pytest.raises(images.ContainerError, match="uses base, which containers/images.yaml does not set"):
+        images_yaml = tiny / "containers" / "images.yaml"
+        images_yaml.write_text(images_yaml.read_text() + "nobase:\n  definition: localimage.def.j2\n  source: [pkg]\n")
+        inputs.prepare(tiny, images.select(tiny, "nobase"))
 
 
 def test_missing_source_paths_are_named(tiny):
-    images = tiny / "containers" / "images.yaml"
-    images.write_text(images.read_text().replace("source: [pkg, pyproject.toml]", "source: [pkg, gone]", 1))
-    with pytest.raises(ct.ContainerError, match="source paths missing in .*: gone"):
-        ct.prepare(tiny, ct.select(tiny, "tiny"))
+    images_yaml = tiny / "containers" / "images.yaml"
+    images_yaml.write_text(images_yaml.read_text().replace("source: [pkg, pyproject.toml]", "source: [pkg, gone]", 1))
+    with pytest.raises(images.ContainerError, match="source paths missing in .*: gone"):
+        inputs.prepare(tiny, images.select(tiny, "tiny"))
 
 
 def test_source_is_an_input_only_when_the_definition_copies_it_in(tiny):
     (tiny / "containers" / "tiny.def.j2").write_text("Bootstrap: scratch\n%labels\n    x {{ content_hash | label }}\n")
-    assert ct.prepare(tiny, ct.select(tiny, "tiny")).inputs == ()
+    assert inputs.prepare(tiny, images.select(tiny, "tiny")).inputs == ()
 
 
 def test_undefined_template_names_are_errors(tiny):
     (tiny / "containers" / "tiny.def.j2").write_text("Bootstrap: scratch\n%labels\n    x {{ colour }}\n")
-    with pytest.raises(ct.ContainerError, match="uses colour"):
-        ct.prepare(tiny, ct.select(tiny, "tiny"))
+    with pytest.raises(images.ContainerError, match="uses colour"):
+        inputs.prepare(tiny, images.select(tiny, "tiny"))
 
 
 @pytest.mark.parametrize("path", ["/tmp/a b", "/tmp/a'b", '/tmp/a"b', "/tmp/$HOME", "/tmp/*", "/tmp/a\nb"])
 def test_files_paths_with_shell_or_quote_characters_are_refused(path):
-    with pytest.raises(ct.ContainerError):
-        ct._path(path)
+    with pytest.raises(images.ContainerError):
+        definition._path(path)
 
 
 def test_shell_words_are_quoted():
-    assert ct._q("a b'c") == "'a b'\"'\"'c'"
-    with pytest.raises(ct.ContainerError, match="line break"):
-        ct._q("x\n%post")
+    assert definition._q("a b'c") == "'a b'\"'\"'c'"
+    with pytest.raises(images.ContainerError, match="line break"):
+        definition._q("x\n%post")
 
 
 # --- the content hash ----------------------------------------------------------------------------
@@ -204,8 +205,8 @@ def test_hash_is_stable_and_changes_with_definition_and_inputs(tiny):
     (tiny / "pkg" / "new.py").write_text("")
     third = content_hash_of(tiny, "tiny")
     assert third != second
-    definition = tiny / "containers" / "tiny.def.j2"
-    definition.write_text(definition.read_text().replace("flavour plain", "flavour other"))
+    template = tiny / "containers" / "tiny.def.j2"
+    template.write_text(template.read_text().replace("flavour plain", "flavour other"))
     assert content_hash_of(tiny, "tiny") != third
 
 
@@ -222,14 +223,14 @@ def test_a_localimage_base_is_an_input(tiny):
 
 def test_big_files_are_hashed_once_then_known_by_stat(tmp_path):
     big = tmp_path / "big.whl"
-    big.write_bytes(b"\1" * ct.BIG_FILE)
-    inp = [ct.Input("wheels/big.whl", big)]
-    digests, cache = ct.digest_inputs(inp)
-    assert digests["wheels/big.whl"] == ct.sha256_file(big)
+    big.write_bytes(b"\1" * inputs.BIG_FILE)
+    inp = [inputs.Input("wheels/big.whl", big)]
+    digests, cache = inputs.digest_inputs(inp)
+    assert digests["wheels/big.whl"] == sha256_file(big)
     cache[str(big)][3] = "from-the-cache"
-    assert ct.digest_inputs(inp, cache)[0]["wheels/big.whl"] == "from-the-cache"
+    assert inputs.digest_inputs(inp, cache)[0]["wheels/big.whl"] == "from-the-cache"
     os.utime(big, ns=(1, 1))  # touched (or replaced): hashed again
-    assert ct.digest_inputs(inp, cache)[0]["wheels/big.whl"] == ct.sha256_file(big)
+    assert inputs.digest_inputs(inp, cache)[0]["wheels/big.whl"] == sha256_file(big)
 
 
 def test_torch_wheel_lookup(tmp_path):
@@ -239,11 +240,11 @@ def test_torch_wheel_lookup(tmp_path):
     for name in (f"torch-2.13.0+cpu-cp310-cp310-manylinux_2_28_{arch}.whl", f"torch-2.12.0+cpu-cp311-cp311-manylinux_2_28_{arch}.whl"):
         (tmp_path / name).write_bytes(b"")
     reqs = ["torch==2.13.0", "dvclive"]
-    assert ct.find_torch_wheel(reqs, str(tmp_path), "3.11") is None
+    assert inputs.find_torch_wheel(reqs, str(tmp_path), "3.11") is None
     good = tmp_path / f"torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_{arch}.whl"
     good.write_bytes(b"")
-    assert ct.find_torch_wheel(reqs, str(tmp_path), "3.11") == good
-    assert ct.find_torch_wheel(["torch>=2"], str(tmp_path), "3.11") is None  # only an exact pin picks a wheel
+    assert inputs.find_torch_wheel(reqs, str(tmp_path), "3.11") == good
+    assert inputs.find_torch_wheel(["torch>=2"], str(tmp_path), "3.11") is None  # only an exact pin picks a wheel
 
 
 # --- builds with a fake runtime ----------------------------------------------------------------
@@ -256,8 +257,8 @@ def leftovers(out_dir: Path, tmp: Path) -> list[str]:
 
 
 def test_no_runtime_is_one_clear_error(tiny):
-    with pytest.raises(ct.ContainerError, match="neither apptainer nor singularity is on PATH"):
-        ct.build(tiny, "tiny", FakeRunner(installed=set()))
+    with pytest.raises(images.ContainerError, match="neither apptainer nor singularity is on PATH"):
+        build.build(tiny, "tiny", FakeRunner(installed=set()))
 
 
 def test_no_runtime_on_the_command_line(tiny, monkeypatch):
@@ -273,14 +274,14 @@ def test_singularity_is_used_when_apptainer_is_missing(tiny, isolated_tmp):
     runner = fake_apptainer()
     runner.answers["singularity"] = runner.answers.pop("apptainer")
     runner.installed = {"singularity"}
-    result = ct.build(tiny, "tiny", runner)
+    result = build.build(tiny, "tiny", runner)
     assert result.built and runner.called("singularity")[-1][1:3] == ["build", "--fakeroot"]
 
 
 def test_missing_localimage_base_names_the_path(tiny, isolated_tmp):
     runner = fake_apptainer()
-    with pytest.raises(ct.ContainerError, match=r"the base image .*base\.sif does not exist") as err:
-        ct.build(tiny, "site", runner)
+    with pytest.raises(images.ContainerError, match=r"the base image .*base\.sif does not exist") as err:
+        build.build(tiny, "site", runner)
     assert "--set base=PATH" in err.value.render()
     assert not [c for c in runner.calls if c[:2] == ["apptainer", "build"]]
     assert not (tiny / ".orchestrator").exists() and leftovers(tiny, isolated_tmp) == []
@@ -288,9 +289,9 @@ def test_missing_localimage_base_names_the_path(tiny, isolated_tmp):
 
 def test_failing_build_leaves_no_image_and_no_temporaries(tiny, isolated_tmp):
     runner = fake_apptainer(rc=255, write=b"half an image")
-    with pytest.raises(ct.BuildError) as err:
-        ct.build(tiny, "tiny", runner)
-    out_dir = tiny / ct.IMAGES_DIR
+    with pytest.raises(images.BuildError) as err:
+        build.build(tiny, "tiny", runner)
+    out_dir = tiny / build.IMAGES_DIR
     message = err.value.render()
     assert "building image 'tiny' failed" in message and "exited with 255" in message
     assert "FATAL:   While performing build" in message and str(out_dir / "tiny.build.log") in message
@@ -309,48 +310,48 @@ def test_timed_out_build_leaves_nothing(tiny, isolated_tmp):
         raise subprocess.TimeoutExpired(argv, 5, output=b"INFO:    Starting build...\n")
 
     runner = FakeRunner(answers={"apptainer": slow, "git": ok("", rc=128)}, installed={"apptainer"})
-    with pytest.raises(ct.BuildError, match="timed out after 5 s"):
-        ct.build(tiny, "tiny", runner, timeout=5)
-    assert leftovers(tiny / ct.IMAGES_DIR, isolated_tmp) == [] and not (tiny / ct.IMAGES_DIR / "tiny.sif").exists()
+    with pytest.raises(images.BuildError, match="timed out after 5 s"):
+        build.build(tiny, "tiny", runner, timeout=5)
+    assert leftovers(tiny / build.IMAGES_DIR, isolated_tmp) == [] and not (tiny / build.IMAGES_DIR / "tiny.sif").exists()
 
 
 def test_build_then_up_to_date_then_rebuild_on_change(tiny, isolated_tmp):
     runner = fake_apptainer()
-    first = ct.build(tiny, "tiny", runner)
-    image = tiny / ct.IMAGES_DIR / "tiny.sif"
+    first = build.build(tiny, "tiny", runner)
+    image = tiny / build.IMAGES_DIR / "tiny.sif"
     assert first.built and image.read_bytes() == b"SIF image bytes"
     (argv,) = [c for c in runner.calls if c[1] == "build"]
     assert argv[:4] == ["apptainer", "build", "--fakeroot", "--force"] and Path(argv[4]).parent == image.parent
     assert Path(argv[4]).name.startswith(".tiny.sif.") and argv[5].endswith("tiny.def")  # built beside, renamed into place
-    stamp = json.loads((tiny / ct.IMAGES_DIR / "tiny.sif.json").read_text())
-    assert stamp["content_hash"] == first.content_hash and stamp["digest"] == first.digest == "sha256:" + ct.sha256_file(image)
+    stamp = json.loads((tiny / build.IMAGES_DIR / "tiny.sif.json").read_text())
+    assert stamp["content_hash"] == first.content_hash and stamp["digest"] == first.digest == "sha256:" + sha256_file(image)
     assert stamp["runtime"] == "apptainer version 1.4.5" and stamp["git_commit"] == "unknown"
     assert (tiny / "containers" / "tiny.digest").read_text() == first.digest + "\n"
     assert leftovers(image.parent, isolated_tmp) == []
 
     runner.calls.clear()
-    again = ct.build(tiny, "tiny", runner)
+    again = build.build(tiny, "tiny", runner)
     assert not again.built and again.digest == first.digest
     assert not [c for c in runner.calls if c[:2] == ["apptainer", "build"]]
 
     (tiny / "containers" / "tiny.digest").unlink()  # e.g. a fresh clone: rewritten, nothing built
-    ct.build(tiny, "tiny", runner)
+    build.build(tiny, "tiny", runner)
     assert (tiny / "containers" / "tiny.digest").read_text() == first.digest + "\n"
 
     killed = image.parent / ".tiny.sif.abcd1234.tmp"  # what a build killed by SIGKILL leaves
     killed.write_bytes(b"half")
     (tiny / "pkg" / "mod.py").write_text("x = 3\n")
     lines: list[str] = []
-    third = ct.build(tiny, "tiny", runner, say=lines.append)
+    third = build.build(tiny, "tiny", runner, say=lines.append)
     assert third.built and third.content_hash != first.content_hash and "changed: pkg/mod.py" in lines[0]
     assert not killed.exists()  # the next build removes it, under the image's lock
-    assert ct.build(tiny, "tiny", runner, force=True).built
+    assert build.build(tiny, "tiny", runner, force=True).built
 
 
 def test_rendered_definition_carries_hash_and_commit_labels(tiny, isolated_tmp):
     seen = {}
 
-    def build(argv):
+    def fake_build(argv):
         if argv[1] == "--version":
             return Completed(tuple(argv), 0, "apptainer version 1.4.5\n", "")
         seen["def"] = Path(argv[-1]).read_text()
@@ -360,8 +361,8 @@ def test_rendered_definition_carries_hash_and_commit_labels(tiny, isolated_tmp):
 
     head = "a" * 40
     git = lambda argv: Completed(tuple(argv), 0, head + "\n" if "rev-parse" in argv else " M pkg/mod.py\n", "")
-    runner = FakeRunner(answers={"apptainer": build, "git": git}, installed={"apptainer", "git"})
-    result = ct.build(tiny, "tiny", runner)
+    runner = FakeRunner(answers={"apptainer": fake_build, "git": git}, installed={"apptainer", "git"})
+    result = build.build(tiny, "tiny", runner)
     assert f"org.orchestrator.content-hash {result.content_hash}\n" in seen["def"]
     assert f"org.orchestrator.git-commit {head}-dirty\n" in seen["def"]
     assert seen["staged"] == ["src/README.md", "src/pkg/mod.py", "src/pyproject.toml", "tiny.def"]
@@ -391,7 +392,7 @@ def test_ci_image_runs_the_training_stack(apptainer, ci_image):
     version, where = proc.stdout.split()
     assert version.startswith("2.13.0") and where.startswith("/opt/venv/")
     labels = subprocess.run([apptainer, "inspect", "--labels", str(ci_image)], capture_output=True, text=True, check=True).stdout
-    stamp = json.loads(ct.stamp_path(ci_image).read_text())
+    stamp = json.loads(build.stamp_path(ci_image).read_text())
     assert f"org.orchestrator.content-hash: {stamp['content_hash']}" in labels
 
 
@@ -408,17 +409,17 @@ def test_changes_rebuild_a_real_image(apptainer, tmp_path):
     project = make_tiny(tmp_path / "proj")
     built, _ = cli("build", "tiny", cwd=project, timeout=300)
     assert built.returncode == 0 and "tiny: built" in built.stdout, built.stderr
-    image = project / ct.IMAGES_DIR / "tiny.sif"
+    image = project / build.IMAGES_DIR / "tiny.sif"
     first = (project / "containers" / "tiny.digest").read_text()
     same, seconds = cli("build", "tiny", cwd=project)
     assert "tiny: up to date" in same.stdout and seconds < 2.0
 
-    definition = project / "containers" / "tiny.def.j2"
-    definition.write_text(definition.read_text().replace("flavour plain", "flavour spicy"))
+    template = project / "containers" / "tiny.def.j2"
+    template.write_text(template.read_text().replace("flavour plain", "flavour spicy"))
     rebuilt, _ = cli("build", "tiny", cwd=project, timeout=300)
     assert rebuilt.returncode == 0 and "tiny: built" in rebuilt.stdout and "changed: the definition" in rebuilt.stderr
     labels = subprocess.run([apptainer, "inspect", "--labels", str(image)], capture_output=True, text=True, check=True).stdout
-    stamp = json.loads(ct.stamp_path(image).read_text())
+    stamp = json.loads(build.stamp_path(image).read_text())
     assert "org.test.flavour: spicy" in labels and f"org.orchestrator.content-hash: {stamp['content_hash']}" in labels
     assert (project / "containers" / "tiny.digest").read_text() != first
     assert (project / "containers" / "tiny.digest").read_text() == stamp["digest"] + "\n"
@@ -431,8 +432,8 @@ def test_changes_rebuild_a_real_image(apptainer, tmp_path):
     assert (exported / "opt" / "src" / "pkg" / "mod.py").read_text() == "x = 42\n"
 
     # An image built on it (Bootstrap: localimage) is rebuilt when its base changes.
-    images = project / "containers" / "images.yaml"
-    images.write_text(images.read_text() + f"derived:\n  definition: derived.def.j2\n  base: {image}\n")
+    images_yaml = project / "containers" / "images.yaml"
+    images_yaml.write_text(images_yaml.read_text() + f"derived:\n  definition: derived.def.j2\n  base: {image}\n")
     (project / "containers" / "derived.def.j2").write_text(
         "Bootstrap: localimage\nFrom: {{ base | label }}\n\n%labels\n    org.orchestrator.content-hash {{ content_hash | label }}\n"
     )
@@ -448,10 +449,10 @@ def test_changes_rebuild_a_real_image(apptainer, tmp_path):
 @pytest.mark.apptainer
 def test_a_failing_real_build_leaves_nothing_half_written(apptainer, tmp_path):
     project = make_tiny(tmp_path / "proj")
-    definition = project / "containers" / "tiny.def.j2"
-    definition.write_text(definition.read_text().replace("/opt/src\n", "/opt/src\n    /nonexistent/input /opt/x\n"))
+    template = project / "containers" / "tiny.def.j2"
+    template.write_text(template.read_text().replace("/opt/src\n", "/opt/src\n    /nonexistent/input /opt/x\n"))
     proc, _ = cli("build", "tiny", cwd=project, timeout=300)
-    out_dir = project / ct.IMAGES_DIR
+    out_dir = project / build.IMAGES_DIR
     assert proc.returncode == 1
     assert "building image 'tiny' failed" in proc.stderr and "tiny.build.log" in proc.stderr and "/nonexistent/input" in proc.stderr
     assert not (out_dir / "tiny.sif").exists() and not list(out_dir.glob(".*.tmp"))
@@ -473,9 +474,12 @@ def test_build_push_to_the_profiles_image_path_then_nothing_to_send(apptainer, s
     first, _ = cli("build", "tiny", "--push", *ssh, cwd=project, timeout=300)
     assert first.returncode == 0, first.stdout + first.stderr
     pushed = remote / "project_465000858" / "tiny.sif"
-    assert "bytes sent" in first.stdout and pushed.read_bytes() == (project / ct.IMAGES_DIR / "tiny.sif").read_bytes()
+    assert "bytes sent" in first.stdout and pushed.read_bytes() == (project / build.IMAGES_DIR / "tiny.sif").read_bytes()
     again, _ = cli("build", "tiny", "--push", *ssh, cwd=project)
     assert again.returncode == 0 and "tiny: up to date" in again.stdout and "already there, nothing sent" in again.stdout
     (project / "cluster.yaml").write_text(yaml.safe_dump({**profile, "container": {**profile["container"], "push_host": "root@127.0.0.1"}}))
-    unreachable, _ = cli("build", "tiny", "--push", "--ssh-option=-p", "--ssh-option=1", "--ssh-option=-oConnectTimeout=3", "--ssh-option=-oBatchMode=yes", cwd=project)
+    unreachable, _ = cli(
+        "build", "tiny", "--push", "--ssh-option=-p", "--ssh-option=1", "--ssh-option=-oConnectTimeout=3", "--ssh-option=-oBatchMode=yes",
+        cwd=project,
+    )
     assert unreachable.returncode != 0 and "cannot reach" in unreachable.stderr and "Traceback" not in unreachable.stderr

@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 from conftest import make_project, require_root_and_apt, skip_or_fail
 
-from orchestrator.analysis import energy, mfu
+from orchestrator.analysis import energy, mfu, runs, scaling
 from orchestrator.analysis import report as rp
 from orchestrator.cli import main
 from orchestrator.config import profile
@@ -26,20 +26,20 @@ from orchestrator.config import profile
 
 
 def test_speedup_and_efficiency_against_the_smallest_configuration():
-    points = [rp.Point(1, 100.0), rp.Point(2, 190.0), rp.Point(4, 360.0), rp.Point(8, 640.0)]
-    scaled = rp.scale(points)
+    points = [scaling.Point(1, 100.0), scaling.Point(2, 190.0), scaling.Point(4, 360.0), scaling.Point(8, 640.0)]
+    scaled = scaling.scale(points)
     assert [s.speedup for s in scaled] == pytest.approx([1.0, 1.9, 3.6, 6.4])
     assert [s.ideal for s in scaled] == [1.0, 2.0, 4.0, 8.0]
     assert [s.efficiency for s in scaled] == pytest.approx([1.0, 0.95, 0.9, 0.8])
 
 
 def test_a_missing_smallest_run_moves_the_baseline_and_stays_missing():
-    points = [rp.Point(1, None), rp.Point(2, 200.0), rp.Point(8, 560.0)]
-    scaled = rp.scale(points)
-    assert rp.baseline_index(points) == 1
-    assert scaled[0] == rp.Scaled(None, None, None)  # missing, not 0
+    points = [scaling.Point(1, None), scaling.Point(2, 200.0), scaling.Point(8, 560.0)]
+    scaled = scaling.scale(points)
+    assert scaling.baseline_index(points) == 1
+    assert scaled[0] == scaling.Scaled(None, None, None)  # missing, not 0
     assert scaled[1].efficiency == 1.0 and scaled[2].speedup == pytest.approx(2.8) and scaled[2].efficiency == pytest.approx(0.7)
-    assert rp.scale([rp.Point(1, None)]) == [rp.Scaled(None, None, None)]
+    assert scaling.scale([scaling.Point(1, None)]) == [scaling.Scaled(None, None, None)]
 
 
 @pytest.mark.parametrize(
@@ -52,9 +52,9 @@ def test_a_missing_smallest_run_moves_the_baseline_and_stays_missing():
     ],
 )
 def test_weak_or_strong_scaling_is_read_from_the_batches(batches, mode):
-    points = [rp.Point(g, 1.0, b, gb) for g, (b, gb) in zip((1, 2, 4), batches, strict=True)]
-    assert rp.scaling_mode(points) == mode
-    assert rp.scaling_mode(points[:1]) == "single"
+    points = [scaling.Point(g, 1.0, b, gb) for g, (b, gb) in zip((1, 2, 4), batches, strict=True)]
+    assert scaling.scaling_mode(points) == mode
+    assert scaling.scaling_mode(points[:1]) == "single"
 
 
 def test_mfu_uses_the_profiles_peak_else_the_runs_own():
@@ -70,10 +70,10 @@ def test_mfu_uses_the_profiles_peak_else_the_runs_own():
 # --- building a report from runs ---------------------------------------------------------
 
 
-def run(config: str, metrics: dict | None, item: str | None = None, prov: dict | None = None) -> rp.Run:
+def run(config: str, metrics: dict | None, item: str | None = None, prov: dict | None = None) -> runs.Run:
     nodes, gpus = (int(x) for x in config.split("x"))
-    expected = rp.Expected(item or f"bench@{config}", "bench", f"results/bench/ds/m/{config}", nodes, gpus)
-    return rp.Run(expected, metrics, prov, {}, None if metrics is not None else f"no metrics.json at results/bench/ds/m/{config}")
+    expected = runs.Expected(item or f"bench@{config}", "bench", f"results/bench/ds/m/{config}", nodes, gpus)
+    return runs.Run(expected, metrics, prov, {}, None if metrics is not None else f"no metrics.json at results/bench/ds/m/{config}")
 
 
 def weak(gpus: int, throughput: float, **extra) -> dict:

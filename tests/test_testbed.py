@@ -9,11 +9,14 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from orchestrator.cli import testbed as cli
 from orchestrator.config import profile
 from orchestrator.slurm import times
-from orchestrator.testbed import cluster as tb
+from orchestrator.testbed import cluster, conf, parse
+from orchestrator.testbed.settings import Settings
+from orchestrator.util.runner import Completed
 
-S = tb.Settings(hostname="host")
+S = Settings(hostname="host")
 PROFILE = profile.load("testbed").profile
 
 
@@ -49,7 +52,7 @@ def test_settings_match_the_testbed_profile():
 
 
 def test_slurm_conf_cluster_and_global_settings():
-    keys = conf_keys(tb.slurm_conf(S))
+    keys = conf_keys(conf.slurm_conf(S))
     assert keys["ClusterName"] == PROFILE.scheduler.cluster_name
     assert keys["SlurmctldHost"] == "host(127.0.0.1)"
     assert keys["TaskPlugin"] == "task/affinity"
@@ -62,7 +65,7 @@ def test_slurm_conf_cluster_and_global_settings():
 
 
 def test_slurm_conf_node_lines():
-    nodes = [row for row in conf_lines(tb.slurm_conf(S)) if "NodeName" in row]
+    nodes = [row for row in conf_lines(conf.slurm_conf(S)) if "NodeName" in row]
     assert [n["NodeName"] for n in nodes] == ["node1", "node2"]
     for n in nodes:
         assert n["NodeHostname"] == "host"
@@ -73,7 +76,7 @@ def test_slurm_conf_node_lines():
 
 
 def test_slurm_conf_partition_matches_the_profile():
-    (part,) = [row for row in conf_lines(tb.slurm_conf(S)) if "PartitionName" in row]
+    (part,) = [row for row in conf_lines(conf.slurm_conf(S)) if "PartitionName" in row]
     limits = PROFILE.scheduler.partitions[PROFILE.scheduler.default_partition]
     assert part["PartitionName"] == PROFILE.scheduler.default_partition
     assert part["Nodes"] == "node1,node2"
@@ -84,7 +87,7 @@ def test_slurm_conf_partition_matches_the_profile():
 
 
 def test_gres_conf_gives_each_node_its_own_device_files():
-    rows = [row for row in conf_lines(tb.gres_conf(S)) if "NodeName" in row]
+    rows = [row for row in conf_lines(conf.gres_conf(S)) if "NodeName" in row]
     files = {row["NodeName"]: row["File"].split(",") for row in rows}
     assert files == {
         "node1": ["/dev/fakegpu0", "/dev/fakegpu1", "/dev/fakegpu2", "/dev/fakegpu3"],
@@ -94,19 +97,19 @@ def test_gres_conf_gives_each_node_its_own_device_files():
 
 
 def test_slurmdbd_conf_and_sql_agree_and_the_password_file_is_private():
-    keys = conf_keys(tb.slurmdbd_conf(S))
+    keys = conf_keys(conf.slurmdbd_conf(S))
     assert keys["StorageType"] == "accounting_storage/mysql"
-    sql = tb.database_sql(S)
+    sql = conf.database_sql(S)
     assert f"`{keys['StorageLoc']}`" in sql and f"'{keys['StorageUser']}'@'localhost'" in sql
     assert keys["StoragePass"] in sql
     assert "IF NOT EXISTS" in sql
-    files = tb.config_files(S)
-    assert files[tb.ETC / "slurmdbd.conf"][1] == 0o600
-    assert files[tb.ETC / "slurm.conf"] == (tb.slurm_conf(S), 0o644)
+    files = conf.config_files(S)
+    assert files[conf.ETC / "slurmdbd.conf"][1] == 0o600
+    assert files[conf.ETC / "slurm.conf"] == (conf.slurm_conf(S), 0o644)
 
 
 def test_config_is_deterministic():
-    assert tb.slurm_conf(S) == tb.slurm_conf(tb.Settings(hostname="host"))
+    assert conf.slurm_conf(S) == conf.slurm_conf(Settings(hostname="host"))
 
 
 # --- pure: /etc/hosts and parsers ---------------------------------------------------------
@@ -114,16 +117,16 @@ def test_config_is_deterministic():
 
 def test_hosts_line_is_added_once():
     text = "127.0.0.1 localhost\n"
-    line = tb.hosts_addition(text, S.nodes)
+    line = conf.hosts_addition(text, S.nodes)
     assert line == "127.0.0.1 node1 node2\n"
-    assert tb.hosts_addition(text + line, S.nodes) == ""
-    assert tb.hosts_addition("127.0.0.1 localhost node1 # node2\n", S.nodes) == "127.0.0.1 node2\n"
+    assert conf.hosts_addition(text + line, S.nodes) == ""
+    assert conf.hosts_addition("127.0.0.1 localhost node1 # node2\n", S.nodes) == "127.0.0.1 node2\n"
 
 
 def test_parsers():
-    assert tb.parse_installed("munge ii \nslurmd un \nmariadb-server:amd64 ii\n") == {"munge", "mariadb-server"}
-    assert tb.parse_node_states("node1 idle\nnode2 down*\n") == {"node1": "idle", "node2": "down*"}
-    assert tb.parse_associations("testbed|root|\ntestbed|project_465000858|root\n") == {
+    assert parse.parse_installed("munge ii \nslurmd un \nmariadb-server:amd64 ii\n") == {"munge", "mariadb-server"}
+    assert parse.parse_node_states("node1 idle\nnode2 down*\n") == {"node1": "idle", "node2": "down*"}
+    assert parse.parse_associations("testbed|root|\ntestbed|project_465000858|root\n") == {
         ("testbed", "root", ""),
         ("testbed", "project_465000858", "root"),
     }
@@ -143,14 +146,14 @@ def test_parsers():
     ],
 )
 def test_node_is_up(state, up):
-    assert tb.node_is_up(state) is up
+    assert parse.node_is_up(state) is up
 
 
 def test_sudo_user_gets_an_association_too(monkeypatch):
     monkeypatch.setenv("SUDO_USER", "alice")
-    assert tb.Settings.for_this_machine().users == ("root", "alice")
+    assert Settings.for_this_machine().users == ("root", "alice")
     monkeypatch.delenv("SUDO_USER")
-    assert tb.Settings.for_this_machine().users == ("root",)
+    assert Settings.for_this_machine().users == ("root",)
 
 
 class Recorder:
@@ -159,17 +162,21 @@ class Recorder:
 
     def run(self, argv, *, input=None, timeout=None):
         self.calls.append(tuple(argv))
-        return tb.Completed(tuple(argv), 0, "", "")
+        return Completed(tuple(argv), 0, "", "")
+
+    def spawn(self, argv, cwd=None):
+        self.calls.append(tuple(argv))
+        raise AssertionError(f"the testbed runs its commands to the end; it spawned {argv!r}")
 
     def which(self, name):
         return f"/usr/bin/{name}"
 
 
 def test_up_without_root_fails_clearly_before_running_anything(monkeypatch):
-    monkeypatch.setattr(tb.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
     runner = Recorder()
-    with pytest.raises(tb.TestbedError, match="testbed up needs root"):
-        tb.Testbed(S, runner).up()
+    with pytest.raises(cluster.TestbedError, match="testbed up needs root"):
+        cluster.Testbed(S, runner).up()
     assert runner.calls == []
     from orchestrator.cli import main
 
@@ -180,28 +187,35 @@ def test_up_without_root_fails_clearly_before_running_anything(monkeypatch):
 
 @pytest.mark.parametrize(("rows", "code"), [([("munge", True, "")], 0), ([("munge", True, ""), ("node1", False, "")], 1)])
 def test_status_exit_code(monkeypatch, rows, code):
-    monkeypatch.setattr(tb.Testbed, "status", lambda self: rows)
-    result = CliRunner().invoke(tb.testbed, ["status"])
+    monkeypatch.setattr(cluster.Testbed, "status", lambda self: rows)
+    result = CliRunner().invoke(cli.testbed, ["status"])
     assert result.exit_code == code
     assert result.output.splitlines()[0].split()[:2] == ["munge", "up"]
+
+
+def test_status_has_one_row_per_configured_node():
+    settings = Settings(hostname="host", nodes=("a", "b", "c"))
+    rows = cluster.Testbed(settings, Recorder()).status()
+    assert [name for name, _, _ in rows] == list(settings.components)
+    assert settings.components == ("munge", "mariadb", "slurmdbd", "slurmctld", "a", "b", "c", "account")
 
 
 def test_failed_command_names_the_command_and_log(tmp_path):
     class Failing(Recorder):
         def run(self, argv, *, input=None, timeout=None):
-            return tb.Completed(tuple(argv), 1, "", "slurmctld: fatal: bad config")
+            return Completed(tuple(argv), 1, "", "slurmctld: fatal: bad config")
 
     log = tmp_path / "slurmctld.log"
     log.write_text("error: something\n")
-    with pytest.raises(tb.TestbedError) as err:
-        tb.Testbed(S, Failing()).run(["slurmctld"], log=log)
+    with pytest.raises(cluster.TestbedError) as err:
+        cluster.Testbed(S, Failing()).run(["slurmctld"], log=log)
     text = err.value.render()
     assert "`slurmctld` failed (exit 1)" in text and "fatal: bad config" in text and str(log) in text
 
 
 # --- the real cluster ---------------------------------------------------------------------
 
-ACCOUNT = tb.Settings().account
+ACCOUNT = Settings().account
 
 
 def run(*argv, check=True):
@@ -250,7 +264,7 @@ def test_each_node_has_four_gpus(slurm_testbed):
 @pytest.mark.slurm
 def test_up_again_is_quick(slurm_testbed):
     start = time.monotonic()
-    result = CliRunner().invoke(tb.testbed, ["up"])
+    result = CliRunner().invoke(cli.testbed, ["up"])
     elapsed = time.monotonic() - start
     assert result.exit_code == 0, result.output
     assert elapsed < 10, f"`testbed up` on a running testbed took {elapsed:.1f} s"
@@ -258,6 +272,6 @@ def test_up_again_is_quick(slurm_testbed):
 
 @pytest.mark.slurm
 def test_status_says_all_up(slurm_testbed):
-    result = CliRunner().invoke(tb.testbed, ["status"])
+    result = CliRunner().invoke(cli.testbed, ["status"])
     assert result.exit_code == 0, result.output
-    assert [line.split()[:2] for line in result.output.splitlines()] == [[name, "up"] for name in tb.COMPONENTS]
+    assert [line.split()[:2] for line in result.output.splitlines()] == [[name, "up"] for name in slurm_testbed.components]

@@ -1,30 +1,9 @@
 """The scaling report: every run of a stage gathered and compared with the smallest configuration.
 
-A *run* is a dvc.yaml item with a ``metrics.json`` output (the training's results
-file, ``experiments/metrics.py``). Beside it lie ``provenance.json`` (written by
-the orchestrator when the job succeeded: job id, backend, nodes, elapsed time,
-requeues, profile) and ``dvclive/plots/metrics/**.tsv`` (the per-step curves).
-An item whose ``metrics.json`` is absent or unreadable is *missing*: it is listed,
-and its values are shown as missing, never as 0.
-
-Runs are grouped into *series*: the runs of one stage whose folders differ only
-in the ``<nodes>x<gpus>`` component (``results/benchmark/<dataset>/<model>/2x8``),
-i.e. the same workload on different GPU counts. Within a series, with T the
-throughput (``tokens_per_second``, else ``samples_per_second``), n the GPU count
-and b the run with the fewest GPUs that has a throughput (the *baseline*)::
-
-    speedup     S(n) = T(n) / T(b)
-    ideal       I(n) = n / n_b
-    efficiency  E(n) = S(n) / I(n) = (T(n) / n) / (T(b) / n_b)
-
-Whether that is strong or weak scaling is read from the metrics: a global batch
-(``global_batch_size``) that stays fixed while the per-device batch
-(``batch_size``) shrinks is *strong* scaling (a fixed problem split further;
-E = t(b) n_b / (t(n) n), the classic parallel efficiency); a per-device batch that
-stays fixed while the global batch grows with n is *weak* scaling (work per GPU
-fixed; E = step_time(b) / step_time(n), the same number, since T = batch x n /
-step_time). Anything else is *mixed*: E is then only throughput per device
-relative to the baseline.
+Runs are read by :mod:`~orchestrator.analysis.runs`, compared by
+:mod:`~orchestrator.analysis.scaling`; this module assembles the series, rows,
+MFU, energy and emissions (pure), and :mod:`~orchestrator.analysis.report_write`
+writes the outputs.
 
 MFU is model FLOP/s per device (``model_flops_per_second``, ``model_tflops_per_device``,
 or ``tokens_per_second`` x ``flops_per_token``) over the device's peak from the run's
@@ -32,230 +11,19 @@ or ``tokens_per_second`` x ``flops_per_token``) over the device's peak from the 
 ``mfu`` is shown only when it cannot be recomputed that way, and the page says so.
 Energy and emissions: see :mod:`energy`; the estimate's GPU-hours use the elapsed
 time of every run of a requeued job when accounting lists them, else provenance's.
-
-Reading files happens in :func:`read_run` and :func:`load_profiles`; the
-arithmetic (:func:`scale`, :func:`build`) is pure. :mod:`report_render` writes
-the outputs.
 """
 
 from __future__ import annotations
 
-import json
-import posixpath
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.analysis import energy
 from orchestrator.analysis.mfu import mfu, number
+from orchestrator.analysis.runs import Run
+from orchestrator.analysis.scaling import Mode, Point, Scaled, baseline_index, scale, scaling_mode, throughput_of
 from orchestrator.config import profile
-from orchestrator.pipeline import runargs, stages
-
-METRICS_FILE = "metrics.json"
-CURVES_DIR = "dvclive/plots/metrics"
-THROUGHPUTS = (("tokens_per_second", "tokens/s"), ("samples_per_second", "samples/s"))
-_CONFIG = re.compile(r"(\d+)x(\d+)")
-Mode = Literal["weak", "strong", "mixed", "single"]
-
-
-# --- runs and what was read of them ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Expected:
-    """A run dvc.yaml promises: an item with a metrics.json output."""
-
-    item: str
-    stage: str
-    directory: str  # the metrics file's folder, relative to the project root
-    nodes: int | None  # from its `orchestrator run` arguments, else its folder's NxG
-    gpus_per_node: int | None
-
-    @property
-    def config(self) -> str:
-        return f"{self.nodes}x{self.gpus_per_node}" if self.nodes and self.gpus_per_node else "?"
-
-    @property
-    def series(self) -> str:
-        """The folder without its NxG component: the same workload at every GPU count."""
-        parts = self.directory.split("/")
-        kept = [p for p in parts if p != self.config]
-        return "/".join(kept) if len(kept) < len(parts) else self.stage
-
-
-@dataclass(frozen=True)
-class Run:
-    expected: Expected
-    metrics: Mapping[str, Any] | None  # metrics.json as written by the training; None: missing
-    provenance: Mapping[str, Any] | None
-    curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)  # "train/loss" -> (step, value)
-    problem: str | None = None  # why the metrics are missing
-
-    @property
-    def missing(self) -> bool:
-        return self.metrics is None
-
-
-def expected_runs(items: Sequence[stages.Item], specs: Mapping[str, runargs.JobSpec]) -> list[Expected]:
-    """Every item with a metrics.json output, with its GPU layout where it can be known."""
-    found = []
-    for item in items:
-        for out in item.outputs:
-            if posixpath.basename(out) != METRICS_FILE:
-                continue
-            directory = posixpath.dirname(out)
-            job = specs.get(item.name)
-            nodes, gpus = (job.nodes, job.gpus_per_node) if job else _config_of(directory)
-            found.append(Expected(item.name, item.group, directory, nodes, gpus))
-    return found
-
-
-def _config_of(directory: str) -> tuple[int | None, int | None]:
-    for part in reversed(directory.split("/")):
-        m = _CONFIG.fullmatch(part)
-        if m:
-            return int(m.group(1)), int(m.group(2))
-    return None, None
-
-
-def read_run(root: Path, expected: Expected) -> Run:
-    folder = root / expected.directory
-    metrics, problem = _read_json(folder / METRICS_FILE, f"{expected.directory}/{METRICS_FILE}")
-    prov, _ = _read_json(folder / stages.PROVENANCE_FILE, f"{expected.directory}/{stages.PROVENANCE_FILE}")
-    return Run(expected, metrics, prov, read_curves(folder / CURVES_DIR) if metrics is not None else {}, problem)
-
-
-def _read_json(path: Path, shown: str) -> tuple[dict | None, str | None]:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None, f"no {shown}"
-    except (OSError, ValueError) as exc:
-        return None, f"{shown} is unreadable: {exc}"
-    if not isinstance(data, dict):
-        return None, f"{shown} is not a JSON object"
-    return data, None
-
-
-def read_curves(folder: Path) -> dict[str, tuple[tuple[float, float], ...]]:
-    """DVCLive's per-step TSVs (``step<TAB>value``) under ``folder``, by name (``train/loss``)."""
-    curves = {}
-    for path in sorted(folder.rglob("*.tsv")) if folder.is_dir() else ():
-        points = []
-        for line in path.read_text().splitlines()[1:]:
-            parts = line.split("\t")
-            try:
-                points.append((float(parts[0]), float(parts[-1])))
-            except (ValueError, IndexError):
-                continue  # a half-written last line of a running job
-        if points:
-            curves[path.relative_to(folder).with_suffix("").as_posix()] = tuple(points)
-    return curves
-
-
-def with_throughput(runs: Sequence[Run]) -> list[str]:
-    """The stages that have at least one run with a throughput (the default selection)."""
-    stages = []
-    for run in runs:
-        if run.metrics is not None and throughput_of(run.metrics)[0] is not None and run.expected.stage not in stages:
-            stages.append(run.expected.stage)
-    return stages
-
-
-def load_profiles(runs: Sequence[Run], fallback: profile.LoadedProfile) -> tuple[dict[str, profile.Profile], list[str]]:
-    """Each run's profile, by item: the one its provenance names (built-in, or the file it was
-    read from when that is still there), else ``fallback``; and notes on every fallback."""
-    cache: dict[tuple[str, str], profile.Profile | None] = {}
-    chosen: dict[str, profile.Profile] = {}
-    notes = []
-    for run in runs:
-        prov = run.provenance or {}
-        name, source = prov.get("profile"), prov.get("profile_source")
-        found = None
-        if isinstance(name, str):
-            key = (name, str(source))
-            if key not in cache:
-                where = name if source == "built-in" else str(source)
-                try:
-                    cache[key] = profile.load(where).profile
-                except profile.ProfileError:
-                    cache[key] = None
-            found = cache[key]
-            if found is None:
-                notes.append(f"{run.expected.item}: its profile {name} ({source}) cannot be loaded here; used {fallback.name}")
-        elif not run.missing:
-            notes.append(f"{run.expected.item}: no provenance.json names its profile; used {fallback.name}")
-        chosen[run.expected.item] = found or fallback.profile
-    return chosen, notes
-
-
-# --- arithmetic ------------------------------------------------------------------
-
-
-def throughput_of(metrics: Mapping[str, Any]) -> tuple[float | None, str | None]:
-    for key, unit in THROUGHPUTS:
-        value = number(metrics.get(key))
-        if value is not None and value > 0:
-            return value, unit
-    return None, None
-
-
-@dataclass(frozen=True)
-class Point:
-    """One configuration as the scaling arithmetic sees it."""
-
-    gpus: int
-    throughput: float | None  # None: missing
-    batch_per_device: float | None = None
-    global_batch: float | None = None
-
-
-@dataclass(frozen=True)
-class Scaled:
-    speedup: float | None
-    ideal: float | None
-    efficiency: float | None
-
-
-def baseline_index(points: Sequence[Point]) -> int | None:
-    """The point with the fewest GPUs that has a throughput (the first of equals)."""
-    present = [i for i, p in enumerate(points) if p.throughput is not None and p.gpus >= 1]
-    return min(present, key=lambda i: points[i].gpus) if present else None
-
-
-def scale(points: Sequence[Point]) -> list[Scaled]:
-    """Speedup, ideal speedup and efficiency of each point against the baseline; None where missing."""
-    b = baseline_index(points)
-    if b is None:
-        return [Scaled(None, None, None) for _ in points]
-    base = points[b]
-    out = []
-    for p in points:
-        if p.throughput is None or p.gpus < 1:
-            out.append(Scaled(None, None, None))
-            continue
-        speedup = p.throughput / base.throughput  # type: ignore[operator]
-        ideal = p.gpus / base.gpus
-        out.append(Scaled(speedup, ideal, speedup / ideal))
-    return out
-
-
-def scaling_mode(points: Sequence[Point]) -> Mode:
-    """Weak, strong or mixed scaling, read from the batch sizes of the points with a throughput."""
-    present = [p for p in points if p.throughput is not None and p.gpus >= 1]
-    if len({p.gpus for p in present}) < 2:
-        return "single"
-    per_device = {p.batch_per_device for p in present}
-    global_ = {p.global_batch for p in present}
-    if None in per_device or None in global_:
-        return "mixed"
-    if len(per_device) == 1 and len(global_) > 1:
-        return "weak"
-    if len(global_) == 1 and len(per_device) > 1:
-        return "strong"
-    return "mixed"
 
 
 def _profiled_seconds(profile: Any) -> dict[str, float]:
@@ -268,9 +36,6 @@ def _profiled_seconds(profile: Any) -> dict[str, float]:
         for key, raw in sorted(profile.items())
         if key.endswith("_pct") and (pct := number(raw)) is not None
     }
-
-
-# --- the report ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ class _Group(click.Group):
     lists them from the help text given here (a login node's start-up stays light)."""
 
     lazy: dict[str, tuple[str, str]] = {
-        "testbed": ("orchestrator.testbed.cluster:testbed", "A real two-node Slurm cluster on this machine: up, down, status."),
-        "container": ("orchestrator.containers.build:container", "Container images: build the image jobs run in."),
+        "testbed": ("orchestrator.cli.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."),
+        "container": ("orchestrator.cli.container:container", "Container images: build the image jobs run in."),
         "plan": ("orchestrator.cli.plan:plan", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
         "report": ("orchestrator.cli.report:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),
         "profile-diff": ("orchestrator.cli.profile_diff:profile_diff", "Compare two profiled runs' operators: calls and host time, baseline vs exp."),

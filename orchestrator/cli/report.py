@@ -34,6 +34,7 @@ def report(stages: tuple[str, ...], cluster: str | None, out: Path, pue: float |
     """
     from orchestrator.analysis import energy, report
     from orchestrator.analysis import report_write as render
+    from orchestrator.analysis.runs import METRICS_FILE, expected_runs, load_profiles, read_run, with_throughput
     from orchestrator.errors import OrchestratorError, PipelineError
     from orchestrator.pipeline import stages as pipeline
     from orchestrator.scripts.workspace import Workspace
@@ -47,12 +48,12 @@ def report(stages: tuple[str, ...], cluster: str | None, out: Path, pue: float |
     ws = Workspace.open(project, cluster, runner)
     items = ws.items(stages)
     found, _ = pipeline.jobs(items)
-    expected = report.expected_runs(items, {j.item.name: j.spec for j in found})
+    expected = expected_runs(items, {j.item.name: j.spec for j in found})
     if not expected:
-        raise PipelineError(f"no {report.METRICS_FILE} among the outputs of {', '.join(stages) or 'any stage'} in {project / pipeline.PIPELINE_FILE}", hints=["a run is an item with a metrics.json output (metrics: or outs:)"])
-    runs = [report.read_run(project, e) for e in expected]
+        raise PipelineError(f"no {METRICS_FILE} among the outputs of {', '.join(stages) or 'any stage'} in {project / pipeline.PIPELINE_FILE}", hints=["a run is an item with a metrics.json output (metrics: or outs:)"])
+    runs = [read_run(project, e) for e in expected]
     if not stages:
-        chosen = report.with_throughput(runs)
+        chosen = with_throughput(runs)
         if not chosen:
             raise PipelineError(
                 "no run has metrics with a throughput yet",
@@ -60,7 +61,7 @@ def report(stages: tuple[str, ...], cluster: str | None, out: Path, pue: float |
                 hints=["run the pipeline first (dvc repro), or name the stages to report"],
             )
         runs = [r for r in runs if r.expected.stage in chosen]
-    profiles, notes = report.load_profiles(runs, ws.profile)
+    profiles, notes = load_profiles(runs, ws.profile)
     acct = None
     slurm_jobs = sorted({str(r.provenance["job_id"]) for r in runs if r.provenance and r.provenance.get("backend") == "slurm" and r.provenance.get("job_id")})
     if accounting and slurm_jobs:

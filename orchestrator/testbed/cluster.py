@@ -1,22 +1,15 @@
-"""The project's own Slurm testbed: a real two-node Slurm cluster on this machine.
+"""The testbed's daemon steps: bring the cluster up, take it down, report on it.
 
 ``orchestrator testbed up`` installs Debian's packages (munge, MariaDB, Slurm 22.05)
-and starts munged, MariaDB, slurmdbd, slurmctld and two slurmd (``slurmd -N node1``,
-``slurmd -N node2``) on this one host, matching the built-in ``testbed`` profile:
-cluster ``testbed``, partition ``debug`` (both nodes, at most 2, 01:00:00), 8 cores
-and 4 fake GPUs per node, account ``project_465000858`` enforced by accounting.
+and starts munged, MariaDB, slurmdbd, slurmctld and one slurmd per node
+(``slurmd -N NODE``) on this one host, as :class:`~orchestrator.testbed.settings.Settings`
+describes them, matching the built-in ``testbed`` profile.
 
-Three layers, top to bottom:
-
-- :class:`Settings`, a frozen dataclass, and pure functions that turn it into file
-  contents (``slurm.conf``, ``gres.conf``, ``slurmdbd.conf``, SQL, ``/etc/hosts``)
-  and parse command output; the unit tests cover these without root.
-- :class:`Testbed`, the side-effecting steps. Each step checks state first and does
-  only what is missing (packages, a changed file, a dead daemon, an account), so
-  ``up`` on a running testbed takes about a second, and ``up`` after a restart of the
-  machine (config there, daemons dead) just starts the daemons. Every command goes
-  through a :class:`~orchestrator.runner.Runner` as an argv list.
-- the click group :func:`testbed` (``up``, ``down``, ``status``).
+Each step of :class:`Testbed` checks state first and does only what is missing
+(packages, a changed file, a dead daemon, an account), so ``up`` on a running testbed
+takes about a second, and ``up`` after a restart of the machine (config there, daemons
+dead) just starts the daemons. Every command goes through a
+:class:`~orchestrator.util.runner.Runner` as an argv list.
 
 There is no systemd here, so daemons are started directly; the Slurm daemons and
 munged daemonize themselves, ``mysqld_safe`` is put in the background by
@@ -31,19 +24,35 @@ import os
 import pwd
 import shlex
 import signal
-import socket
 import stat
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import click
-
 from orchestrator.errors import OrchestratorError
+from orchestrator.testbed.conf import (
+    CONFIG_OF,
+    ETC,
+    LOG_DIR,
+    MUNGE_LOG,
+    MYSQL_LOG,
+    SLURMCTLD_LOG,
+    SLURMDBD_LOG,
+    SPOOL_DIR,
+    STATE_DIR,
+    config_files,
+    database_sql,
+    hosts_addition,
+    slurmd_log,
+)
+from orchestrator.testbed.parse import node_is_up, parse_associations, parse_installed, parse_node_states
+from orchestrator.testbed.procs import log_tail, pids_of, started_at
+from orchestrator.testbed.settings import Settings
 from orchestrator.util import files
 from orchestrator.util.runner import Completed, Runner, SubprocessRunner
+
+PACKAGES = ("munge", "mariadb-server", "slurmdbd", "slurmctld", "slurmd", "slurm-client")
 
 
 class TestbedError(OrchestratorError):
@@ -51,268 +60,6 @@ class TestbedError(OrchestratorError):
 
     __test__ = False  # not a pytest test class, despite its name
     exit_code = 1
-
-
-# --- settings and pure file contents -----------------------------------------------
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the testbed is; the defaults match orchestrator/config/profiles/testbed.yaml."""
-
-    hostname: str = "localhost"  # this host's short name: slurmctld refuses to start under any other
-    cluster_name: str = "testbed"
-    partition: str = "debug"
-    nodes: tuple[str, ...] = ("node1", "node2")
-    max_time: str = "01:00:00"
-    exclusive: bool = True  # the profile's whole_node: jobs get whole nodes, so CPU masks are theirs
-    cores: int = 8
-    gpus: int = 4
-    memory_mb: int = 4000
-    first_port: int = 17001  # one slurmd port per node, all on this host
-    account: str = "project_465000858"
-    users: tuple[str, ...] = ("root",)
-    db_name: str = "slurm_acct_db"
-    db_user: str = "slurm"
-    # A throwaway database that only listens on this host; the file holding it is mode 600.
-    db_password: str = "testbed-slurmdbd"
-
-    @classmethod
-    def for_this_machine(cls) -> Settings:
-        """Settings with this host's name, and the user behind sudo (if any) as a second user."""
-        users = ["root"]
-        sudo_user = os.environ.get("SUDO_USER")
-        if sudo_user and sudo_user != "root":
-            users.append(sudo_user)
-        return cls(hostname=socket.gethostname().split(".")[0], users=tuple(users))
-
-    def port(self, node: str) -> int:
-        return self.first_port + self.nodes.index(node)
-
-    def gpu_devices(self, node: str) -> tuple[str, ...]:
-        """Device files of ``node``'s fake GPUs: a different set per node, as on a real cluster."""
-        first = self.nodes.index(node) * self.gpus
-        return tuple(f"/dev/fakegpu{i}" for i in range(first, first + self.gpus))
-
-
-ETC = Path("/etc/slurm")
-LOG_DIR = Path("/var/log/slurm")
-STATE_DIR = Path("/var/spool/slurmctld")
-SPOOL_DIR = Path("/var/spool/slurmd")
-MUNGE_LOG = Path("/var/log/munge/munged.log")
-MYSQL_LOG = Path("/var/log/mysql/error.log")
-SLURMDBD_LOG = LOG_DIR / "slurmdbd.log"
-SLURMCTLD_LOG = LOG_DIR / "slurmctld.log"
-# The config files each daemon reads at start: a newer file means a restart.
-CONFIG_OF = {
-    "slurmdbd": (ETC / "slurmdbd.conf",),
-    "slurmctld": (ETC / "slurm.conf", ETC / "gres.conf"),
-    "slurmd": (ETC / "slurm.conf", ETC / "gres.conf"),
-}
-PACKAGES = ("munge", "mariadb-server", "slurmdbd", "slurmctld", "slurmd", "slurm-client")
-COMPONENTS = ("munge", "mariadb", "slurmdbd", "slurmctld", "node1", "node2", "account")
-HEADER = "# Written by `orchestrator testbed up` (orchestrator/testbed.py); `up` rewrites it.\n"
-
-
-def slurmd_log(node: str) -> Path:
-    return LOG_DIR / f"slurmd-{node}.log"
-
-
-def slurm_conf(s: Settings) -> str:
-    nodes = "\n".join(
-        f"NodeName={n} NodeHostname={s.hostname} NodeAddr=127.0.0.1 Port={s.port(n)} CPUs={s.cores} Boards=1 "
-        f"SocketsPerBoard=1 CoresPerSocket={s.cores} ThreadsPerCore=1 RealMemory={s.memory_mb} Gres=gpu:{s.gpus}"
-        for n in s.nodes
-    )
-    oversubscribe = " OverSubscribe=EXCLUSIVE" if s.exclusive else ""
-    return f"""{HEADER}ClusterName={s.cluster_name}
-SlurmctldHost={s.hostname}(127.0.0.1)
-# One host, one user: the daemons run as root, which also spares making a slurm user.
-SlurmUser=root
-AuthType=auth/munge
-StateSaveLocation={STATE_DIR}
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmctldLogFile={SLURMCTLD_LOG}
-# Several slurmd on one host: each needs its own spool dir, pid file and log (%n: node name).
-SlurmdSpoolDir={SPOOL_DIR}/%n
-SlurmdPidFile=/run/slurmd-%n.pid
-SlurmdLogFile={LOG_DIR}/slurmd-%n.log
-# The nodes claim {s.cores} cores each, more than the host has: trust slurm.conf, not the
-# hardware, or the nodes register as INVAL.
-SlurmdParameters=config_overrides
-# A node that was down (its slurmd died with the machine) returns when it registers again.
-ReturnToService=2
-MpiDefault=none
-# No cgroups here (no systemd, no delegated cgroup tree): track processes by parentage,
-# and bind tasks with sched_setaffinity, which makes --cpu-bind=mask_cpu:... real.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/affinity
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-GresTypes=gpu
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
-AccountingStorageTRES=gres/gpu
-# Refuse jobs without a valid account, as production clusters do.
-AccountingStorageEnforce=associations,limits
-JobAcctGatherType=jobacct_gather/linux
-JobCompType=jobcomp/none
-{nodes}
-PartitionName={s.partition} Nodes={",".join(s.nodes)} Default=YES MaxTime={s.max_time} MaxNodes={len(s.nodes)}{oversubscribe} State=UP
-"""
-
-
-def gres_conf(s: Settings) -> str:
-    lines = "".join(f"NodeName={n} Name=gpu File={','.join(s.gpu_devices(n))}\n" for n in s.nodes)
-    return f"""{HEADER}# Fake GPUs: character devices like /dev/null (mknod c 1 3). Slurm needs device files;
-# Count= alone registered no GPUs and left the nodes INVAL.
-AutoDetect=off
-{lines}"""
-
-
-def slurmdbd_conf(s: Settings) -> str:
-    return f"""{HEADER}AuthType=auth/munge
-DbdHost=localhost
-SlurmUser=root
-PidFile=/run/slurmdbd.pid
-LogFile={SLURMDBD_LOG}
-StorageType=accounting_storage/mysql
-StorageHost=localhost
-StorageLoc={s.db_name}
-StorageUser={s.db_user}
-StoragePass={s.db_password}
-"""
-
-
-def database_sql(s: Settings) -> str:
-    """SQL that makes slurmdbd's database and user; safe to run again."""
-    user = f"'{s.db_user}'@'localhost'"
-    return (
-        f"CREATE DATABASE IF NOT EXISTS `{s.db_name}`;\n"
-        f"CREATE USER IF NOT EXISTS {user} IDENTIFIED BY '{s.db_password}';\n"
-        f"ALTER USER {user} IDENTIFIED BY '{s.db_password}';\n"
-        f"GRANT ALL PRIVILEGES ON `{s.db_name}`.* TO {user};\n"
-    )
-
-
-def config_files(s: Settings) -> dict[Path, tuple[str, int]]:
-    """Each config file's path -> (content, mode). slurmdbd.conf holds a password: 600."""
-    return {
-        ETC / "slurm.conf": (slurm_conf(s), 0o644),
-        ETC / "gres.conf": (gres_conf(s), 0o644),
-        ETC / "slurmdbd.conf": (slurmdbd_conf(s), 0o600),
-    }
-
-
-def hosts_addition(hosts_text: str, nodes: Sequence[str]) -> str:
-    """The line to append to /etc/hosts so the node names resolve ('' if they already do)."""
-    names: set[str] = set()
-    for line in hosts_text.splitlines():
-        fields = line.split("#", 1)[0].split()
-        names.update(fields[1:])
-    missing = [n for n in nodes if n not in names]
-    return f"127.0.0.1 {' '.join(missing)}\n" if missing else ""
-
-
-def parse_installed(dpkg_output: str) -> set[str]:
-    """Packages that ``dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n'`` lists as installed."""
-    installed = set()
-    for line in dpkg_output.splitlines():
-        fields = line.split()
-        if len(fields) >= 2 and fields[1].startswith("ii"):
-            installed.add(fields[0].split(":")[0])
-    return installed
-
-
-def parse_node_states(sinfo_output: str) -> dict[str, str]:
-    """``sinfo -h -N -o '%N %T'`` -> node -> state (e.g. idle, mixed, down*, drained)."""
-    states = {}
-    for line in sinfo_output.splitlines():
-        fields = line.split()
-        if len(fields) == 2:
-            states[fields[0]] = fields[1].lower()
-    return states
-
-
-def node_is_up(state: str | None) -> bool:
-    """Responding (no trailing ``*``) and able to run jobs."""
-    return state is not None and state.split("+")[0] in {"idle", "mixed", "allocated", "completing"}
-
-
-def parse_associations(sacctmgr_output: str) -> set[tuple[str, str, str]]:
-    """``sacctmgr -n -P show assoc format=cluster,account,user`` -> {(cluster, account, user)}."""
-    return {tuple(line.split("|")[:3]) for line in sacctmgr_output.splitlines() if line.count("|") >= 2}  # type: ignore[misc]
-
-
-# --- processes ----------------------------------------------------------------------
-
-
-def processes() -> list[tuple[int, list[str]]]:
-    """(pid, argv) of every live process (zombies have an empty cmdline and drop out)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = Path(entry.path, "cmdline").read_bytes()
-        except OSError:
-            continue
-        if raw:
-            found.append((int(entry.name), raw.rstrip(b"\0").decode(errors="replace").split("\0")))
-    return found
-
-
-def _runs(argv: list[str], *names: str) -> bool:
-    """Whether argv runs one of ``names`` (scripts show as `/bin/sh /usr/bin/NAME`)."""
-    return any(os.path.basename(a) in names for a in argv[:2])
-
-
-def _node_of(argv: list[str]) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == "-N" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("-N") and len(arg) > 2:
-            return arg[2:]
-    return None
-
-
-# Which processes make up each daemon; "slurmd:NODE" is the slurmd of one node.
-_DAEMONS: dict[str, Callable[[list[str]], bool]] = {
-    "munge": lambda a: _runs(a, "munged"),
-    "mysqld_safe": lambda a: _runs(a, "mysqld_safe", "mariadbd-safe"),
-    "mariadb": lambda a: _runs(a, "mariadbd", "mysqld"),
-    "slurmdbd": lambda a: _runs(a, "slurmdbd"),
-    "slurmctld": lambda a: _runs(a, "slurmctld"),
-}
-
-
-def pids_of(daemon: str, table: list[tuple[int, list[str]]] | None = None) -> list[int]:
-    table = processes() if table is None else table
-    if daemon.startswith("slurmd:"):
-        node = daemon.split(":", 1)[1]
-        return [pid for pid, argv in table if _runs(argv, "slurmd") and _node_of(argv) == node]
-    return [pid for pid, argv in table if _DAEMONS[daemon](argv)]
-
-
-def started_at(pid: int) -> float:
-    """When process ``pid`` started, in seconds since the epoch (0.0 if it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
-    except (OSError, IndexError, StopIteration):
-        return 0.0
-    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: start time in clock ticks
-
-
-def log_tail(path: Path, lines: int = 8) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
-        return []
-
-
-# --- the side-effecting steps ---------------------------------------------------------
 
 
 class Testbed:
@@ -556,7 +303,7 @@ class Testbed:
     # -- status --
 
     def status(self) -> list[tuple[str, bool, str]]:
-        """(component, up, detail) for each of COMPONENTS; needs no root."""
+        """(component, up, detail) for each of ``Settings.components``, in that order; needs no root."""
         rows = []
         rows.append(("munge", bool(pids_of("munge")) and self.munge_works(), "munged answers `munge -n | unmunge`"))
         rows.append(("mariadb", self.mariadb_works(), "mariadb-admin ping"))
@@ -625,50 +372,3 @@ def require_root(what: str) -> None:
             f"{what} needs root: it installs packages, writes /etc and starts system daemons",
             hints=["run it as root, e.g. `sudo orchestrator testbed up`"],
         )
-
-
-# --- command line -------------------------------------------------------------------
-
-
-def _say(message: str) -> None:
-    click.echo(f"testbed: {message}", err=True)
-
-
-@click.group()
-def testbed() -> None:
-    """A real two-node Slurm cluster on this machine (profile `testbed`), for tests.
-
-    Needs root and Debian's apt-get. Daemons log to /var/log/slurm, /var/log/munge and
-    /var/log/mysql.
-    """
-
-
-@testbed.command()
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds each daemon gets to come up.")
-def up(timeout: float) -> None:
-    """Install, configure and start what is missing; quick when already up."""
-    start = time.monotonic()
-    s = Settings.for_this_machine()
-    Testbed(s, say=_say, timeout=timeout).up()
-    click.echo(
-        f"testbed up in {time.monotonic() - start:.1f} s: cluster {s.cluster_name}, partition {s.partition} "
-        f"({','.join(s.nodes)}), account {s.account}"
-    )
-
-
-@testbed.command()
-@click.option("--all", "everything", is_flag=True, help="Also stop MariaDB and munge (left running by default).")
-def down(everything: bool) -> None:
-    """Stop the Slurm daemons (slurmd x2, slurmctld, slurmdbd)."""
-    Testbed(Settings.for_this_machine(), say=_say).down(everything)
-    click.echo("testbed down" + ("" if everything else " (munge and MariaDB left running)"))
-
-
-@testbed.command()
-@click.pass_context
-def status(ctx: click.Context) -> None:
-    """One line per component; exit 0 if all are up, else 1."""
-    rows = Testbed(Settings.for_this_machine()).status()
-    for name, ok, detail in rows:
-        click.echo(f"{name:<10} {'up' if ok else 'down':<5} {detail}")
-    ctx.exit(0 if all(ok for _, ok, _ in rows) else 1)

@@ -1,0 +1,155 @@
+"""Runs: the items of a pipeline that have results, and what was read of them.
+
+A *run* is a dvc.yaml item with a ``metrics.json`` output (the training's results
+file, ``experiments/metrics.py``). Beside it lie ``provenance.json`` (written by
+the orchestrator when the job succeeded: job id, backend, nodes, elapsed time,
+requeues, profile) and ``dvclive/plots/metrics/**.tsv`` (the per-step curves).
+An item whose ``metrics.json`` is absent or unreadable is *missing*: it is listed,
+and its values are shown as missing, never as 0.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.analysis.scaling import throughput_of
+from orchestrator.config import profile
+from orchestrator.pipeline import runargs, stages
+
+METRICS_FILE = "metrics.json"
+CURVES_DIR = "dvclive/plots/metrics"
+_CONFIG = re.compile(r"(\d+)x(\d+)")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A run dvc.yaml promises: an item with a metrics.json output."""
+
+    item: str
+    stage: str
+    directory: str  # the metrics file's folder, relative to the project root
+    nodes: int | None  # from its `orchestrator run` arguments, else its folder's NxG
+    gpus_per_node: int | None
+
+    @property
+    def config(self) -> str:
+        return f"{self.nodes}x{self.gpus_per_node}" if self.nodes and self.gpus_per_node else "?"
+
+    @property
+    def series(self) -> str:
+        """The folder without its NxG component: the same workload at every GPU count."""
+        parts = self.directory.split("/")
+        kept = [p for p in parts if p != self.config]
+        return "/".join(kept) if len(kept) < len(parts) else self.stage
+
+
+@dataclass(frozen=True)
+class Run:
+    expected: Expected
+    metrics: Mapping[str, Any] | None  # metrics.json as written by the training; None: missing
+    provenance: Mapping[str, Any] | None
+    curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)  # "train/loss" -> (step, value)
+    problem: str | None = None  # why the metrics are missing
+
+    @property
+    def missing(self) -> bool:
+        return self.metrics is None
+
+
+def expected_runs(items: Sequence[stages.Item], specs: Mapping[str, runargs.JobSpec]) -> list[Expected]:
+    """Every item with a metrics.json output, with its GPU layout where it can be known."""
+    found = []
+    for item in items:
+        for out in item.outputs:
+            if posixpath.basename(out) != METRICS_FILE:
+                continue
+            directory = posixpath.dirname(out)
+            job = specs.get(item.name)
+            nodes, gpus = (job.nodes, job.gpus_per_node) if job else _config_of(directory)
+            found.append(Expected(item.name, item.group, directory, nodes, gpus))
+    return found
+
+
+def _config_of(directory: str) -> tuple[int | None, int | None]:
+    for part in reversed(directory.split("/")):
+        m = _CONFIG.fullmatch(part)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None, None
+
+
+def read_run(root: Path, expected: Expected) -> Run:
+    folder = root / expected.directory
+    metrics, problem = _read_json(folder / METRICS_FILE, f"{expected.directory}/{METRICS_FILE}")
+    prov, _ = _read_json(folder / stages.PROVENANCE_FILE, f"{expected.directory}/{stages.PROVENANCE_FILE}")
+    return Run(expected, metrics, prov, read_curves(folder / CURVES_DIR) if metrics is not None else {}, problem)
+
+
+def _read_json(path: Path, shown: str) -> tuple[dict | None, str | None]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, f"no {shown}"
+    except (OSError, ValueError) as exc:
+        return None, f"{shown} is unreadable: {exc}"
+    if not isinstance(data, dict):
+        return None, f"{shown} is not a JSON object"
+    return data, None
+
+
+def read_curves(folder: Path) -> dict[str, tuple[tuple[float, float], ...]]:
+    """DVCLive's per-step TSVs (``step<TAB>value``) under ``folder``, by name (``train/loss``)."""
+    curves = {}
+    for path in sorted(folder.rglob("*.tsv")) if folder.is_dir() else ():
+        points = []
+        for line in path.read_text().splitlines()[1:]:
+            parts = line.split("\t")
+            try:
+                points.append((float(parts[0]), float(parts[-1])))
+            except (ValueError, IndexError):
+                continue  # a half-written last line of a running job
+        if points:
+            curves[path.relative_to(folder).with_suffix("").as_posix()] = tuple(points)
+    return curves
+
+
+def with_throughput(runs: Sequence[Run]) -> list[str]:
+    """The stages that have at least one run with a throughput (the default selection)."""
+    stages = []
+    for run in runs:
+        if run.metrics is not None and throughput_of(run.metrics)[0] is not None and run.expected.stage not in stages:
+            stages.append(run.expected.stage)
+    return stages
+
+
+def load_profiles(runs: Sequence[Run], fallback: profile.LoadedProfile) -> tuple[dict[str, profile.Profile], list[str]]:
+    """Each run's profile, by item: the one its provenance names (built-in, or the file it was
+    read from when that is still there), else ``fallback``; and notes on every fallback."""
+    cache: dict[tuple[str, str], profile.Profile | None] = {}
+    chosen: dict[str, profile.Profile] = {}
+    notes = []
+    for run in runs:
+        prov = run.provenance or {}
+        name, source = prov.get("profile"), prov.get("profile_source")
+        found = None
+        if isinstance(name, str):
+            key = (name, str(source))
+            if key not in cache:
+                where = name if source == "built-in" else str(source)
+                try:
+                    cache[key] = profile.load(where).profile
+                except profile.ProfileError:
+                    cache[key] = None
+            found = cache[key]
+            if found is None:
+                notes.append(f"{run.expected.item}: its profile {name} ({source}) cannot be loaded here; used {fallback.name}")
+        elif not run.missing:
+            notes.append(f"{run.expected.item}: no provenance.json names its profile; used {fallback.name}")
+        chosen[run.expected.item] = found or fallback.profile
+    return chosen, notes

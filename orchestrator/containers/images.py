@@ -1,0 +1,144 @@
+"""The images a project builds: ``containers/images.yaml``, read and validated.
+
+Each image there names a Jinja definition template in ``containers/`` and the values
+it is rendered with; :func:`select` picks one, applies ``--set KEY=VALUE`` overrides
+and the defaults, and reports every problem at once with the valid keys. The errors
+of the whole container subsystem live here too, since every other module of it
+builds on this one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import OrchestratorError
+
+CONTAINERS_DIR = "containers"
+IMAGES_FILE = f"{CONTAINERS_DIR}/images.yaml"
+DEFAULT_IMAGE = "ci"
+DEFAULT_SOURCE = ("pyproject.toml", "orchestrator", "experiments", "templates")
+
+# The keys of an image in images.yaml, with what they mean (listed in errors).
+KEYS = {
+    "definition": "the template file in containers/ (required)",
+    "description": "one line",
+    "source": "project paths copied in and pip-installed",
+    "base": "localimage: the base image file",
+    "from": "docker: the registry image",
+    "activate": "none | with-conda",
+    "mirror": "debootstrap: the Debian mirror URL",
+    "python": "the image's Python, e.g. 3.11 (the torch wheel's tag)",
+    "wheels": "folder with the torch wheel",
+    "ca_bundle": "CA bundle for pip during the build, or none",
+}
+DEFAULTS = {"activate": "none", "mirror": "http://deb.debian.org/debian", "python": "3.11"}
+
+SAFE_PATH = re.compile(r"[A-Za-z0-9._/+@%:,=~-]+")  # a %files path or header value: no quotes, $, globs, spaces
+_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
+_URL = re.compile(r"https?://[A-Za-z0-9._~:/@%+-]+")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+class ContainerError(OrchestratorError):
+    """An image cannot be built: no runtime, a bad images.yaml, a missing input."""
+
+
+class BuildError(ContainerError):
+    """The container runtime failed to build the image."""
+
+    exit_code = 1
+
+
+# --- images.yaml: which image, with which values ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    template: Path  # containers/<definition>
+    values: Mapping[str, str]  # validated, defaults applied
+    source: tuple[str, ...]  # project-relative paths
+
+
+def names(project: Path) -> list[str]:
+    return sorted(_images_file(project))
+
+
+def select(project: Path, name: str | None, overrides: Sequence[str] = ()) -> Image:
+    """The image NAME of images.yaml with ``--set KEY=VALUE`` overrides, validated
+    (every problem reported at once, with the valid keys)."""
+    images = _images_file(project)
+    name = name or DEFAULT_IMAGE
+    if name not in images:
+        raise ContainerError(f"no image {name!r} in {project / IMAGES_FILE}", hints=[f"images: {', '.join(sorted(images)) or 'none'}"])
+    raw = images[name]
+    problems: list[str] = []
+    if not isinstance(raw, Mapping):
+        raise ContainerError(f"{IMAGES_FILE}: image {name!r} must be a mapping of settings")
+    merged = dict(raw)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            problems.append(f"--set {item!r}: expected KEY=VALUE")
+        else:
+            merged[key.strip()] = value
+    for key in merged:
+        if key not in KEYS:
+            problems.append(f"unknown key {key!r}")
+    values = {**DEFAULTS, **{k: v for k, v in merged.items() if k in KEYS and k != "source"}}
+    for key, value in values.items():
+        if not isinstance(value, str):
+            problems.append(f"{key}: expected text, found {type(value).__name__}")
+    source = merged.get("source", list(DEFAULT_SOURCE))
+    if isinstance(source, str):
+        source = source.split()
+    if not isinstance(source, list) or not all(isinstance(s, str) for s in source):
+        problems.append("source: expected a list of project paths")
+        source = []
+    problems += _check_values(project, values, source)
+    if problems:
+        raise ContainerError(
+            f"{IMAGES_FILE}: image {name!r} is invalid", problems, hints=["valid keys: " + "; ".join(f"{k} ({v})" for k, v in KEYS.items())]
+        )
+    return Image(name, project / CONTAINERS_DIR / values["definition"], values, tuple(source))
+
+
+def _images_file(project: Path) -> Mapping[str, object]:
+    from orchestrator.util import yamlio
+
+    path = project / IMAGES_FILE
+    if not path.is_file():
+        raise ContainerError(f"{path}: no such file (the images this project builds)")
+    return yamlio.load_mapping(path)
+
+
+def _check_values(project: Path, values: Mapping[str, object], source: Sequence[str]) -> list[str]:
+    problems = []
+    definition = values.get("definition")
+    if not definition:
+        problems.append("definition: required (a template file in containers/)")
+    elif isinstance(definition, str) and (not _NAME.fullmatch(definition) or not (project / CONTAINERS_DIR / definition).is_file()):
+        problems.append(f"definition: no template {definition!r} in {project / CONTAINERS_DIR}")
+    checks = {
+        "base": lambda v: SAFE_PATH.fullmatch(v) is not None,
+        "from": lambda v: _REF.fullmatch(v) is not None,
+        "activate": lambda v: v in ("none", "with-conda"),
+        "mirror": lambda v: _URL.fullmatch(v) is not None,
+        "python": lambda v: re.fullmatch(r"3\.\d+", v) is not None,
+        "description": lambda v: "\n" not in v,
+    }
+    for key, ok in checks.items():
+        value = values.get(key)
+        if isinstance(value, str) and not ok(value):
+            problems.append(f"{key}: invalid value {value!r}")
+    for path in source:
+        parts = Path(path).parts
+        if not path or Path(path).is_absolute() or ".." in parts:
+            problems.append(f"source: {path!r} must be a path inside the project")
+    return problems
