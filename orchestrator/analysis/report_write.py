@@ -1,4 +1,4 @@
-"""Writing the scaling report: DVC plots data, figures, ``report.html`` and ``summary.md``.
+"""Writing the scaling report: DVC plots data, ``report.json``, ``report.html`` and ``summary.md``.
 
 Into the output folder (``reports/`` by default):
 
@@ -11,7 +11,7 @@ Into the output folder (``reports/`` by default):
 - ``summary.md``: the tables in Markdown, for a pull request.
 
 Missing values are written as "—" (empty cells in the CSV files), never as 0.
-matplotlib is imported only in :func:`figures`, when a report is drawn.
+The figures are drawn by :mod:`~orchestrator.analysis.figures`.
 """
 
 from __future__ import annotations
@@ -21,23 +21,14 @@ import csv
 import html
 import io
 import json
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.analysis.figures import Figure, figures, slug
 from orchestrator.analysis.report import Report, Row, Series, metrics_of
 from orchestrator.util import files
 
 DASH = "—"
-_SLUG = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-@dataclass(frozen=True)
-class Figure:
-    name: str  # file stem
-    title: str
-    png: bytes
 
 
 def write(report: Report, out: Path) -> list[Path]:
@@ -58,10 +49,6 @@ def write(report: Report, out: Path) -> list[Path]:
     written.append(_write(out / "summary.md", markdown(report)))
     written.append(_write(out / "report.html", page(report, figs)))
     return written
-
-
-def slug(name: str) -> str:
-    return _SLUG.sub("-", name).strip("-") or "series"
 
 
 def _write(path: Path, data: str | bytes) -> Path:
@@ -263,120 +250,3 @@ def page(report: Report, figs: Iterable[Figure]) -> str:
 def _img(f: Figure) -> str:
     data = base64.b64encode(f.png).decode()
     return f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(f.title)}'><figcaption>{html.escape(f.title)}</figcaption></figure>"
-
-
-# --- figures -----------------------------------------------------------------------
-
-
-def figures(report: Report) -> list[Figure]:
-    """Every figure that has data to show (none is drawn empty)."""
-    from matplotlib.figure import Figure as MplFigure  # here only: the report path alone needs it
-
-    out = []
-    for s in report.series:
-        name = slug(s.name)
-        if any(r.scaled.speedup is not None for r in s.rows):
-            out.append(Figure(f"scaling-{name}", f"{s.name}: throughput, speedup and efficiency", _png(_scaling(MplFigure, s))))
-        if any(r.step_time_s is not None for r in s.rows):
-            out.append(Figure(f"steptime-{name}", f"{s.name}: step time per configuration", _png(_steptime(MplFigure, s))))
-        curves = sorted({c for r in s.rows for c in r.run.curves if "loss" in c})
-        if curves:
-            out.append(Figure(f"loss-{name}", f"{s.name}: loss curves", _png(_loss(MplFigure, s, curves))))
-    if any(r.energy.kwh is not None for r in report.rows):
-        out.append(Figure("energy", "Energy and emissions per run", _png(_energy(MplFigure, report))))
-    return out
-
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    # No "Software" stamp: the same data gives the same bytes, so DVC sees no change.
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    return buf.getvalue()
-
-
-def _gpu_axis(ax, gpus: list[int]) -> None:
-    if gpus and max(gpus) >= 4 * max(1, min(gpus)):
-        ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(set(gpus)))
-    ax.set_xticklabels([str(g) for g in sorted(set(gpus))])
-    ax.set_xlabel("GPUs")
-    ax.grid(True, alpha=0.3)
-
-
-def _scaling(MplFigure, s: Series):
-    rows = [r for r in s.rows if r.scaled.speedup is not None]  # a throughput and a GPU count
-    gpus = [r.gpus or 0 for r in rows]
-    fig = MplFigure(figsize=(12, 3.4), layout="constrained")
-    ax1, ax2, ax3 = fig.subplots(1, 3)
-    base = next(r for r in rows if r.config == s.baseline)
-    ax1.plot(gpus, [r.throughput for r in rows], "o-", label="measured")
-    ax1.plot(gpus, [base.throughput * r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
-    ax1.set_ylabel(s.unit or "throughput")
-    ax2.plot(gpus, [r.scaled.speedup for r in rows], "o-", label="measured")
-    ax2.plot(gpus, [r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
-    ax2.set_ylabel(f"speedup vs {s.baseline}")
-    ax3.plot(gpus, [100 * r.scaled.efficiency for r in rows], "o-")
-    ax3.axhline(100, ls="--", color="grey")
-    ax3.set_ylabel(f"{s.mode} scaling efficiency (%)")
-    ax3.set_ylim(0, 1.1 * max(100, *(100 * r.scaled.efficiency for r in rows)))
-    for ax in (ax1, ax2, ax3):
-        _gpu_axis(ax, gpus)
-    ax1.legend(loc="best", fontsize="small")
-    ax2.legend(loc="best", fontsize="small")
-    for r in rows:
-        ax1.annotate(r.config, (r.gpus, r.throughput), textcoords="offset points", xytext=(4, -10), fontsize="x-small")
-    return fig
-
-
-def _steptime(MplFigure, s: Series):
-    rows = [r for r in s.rows if r.step_time_s is not None]
-    keys = sorted({k for r in rows for k in r.breakdown})
-    fig = MplFigure(figsize=(8, 3.4), layout="constrained")
-    ax = fig.subplots()
-    bars = [("mean step time", [r.step_time_s for r in rows])] + [(k.removeprefix("profile_"), [r.breakdown.get(k) for r in rows]) for k in keys]
-    width = 0.8 / len(bars)
-    for i, (label, values) in enumerate(bars):
-        xs = [j + i * width for j, v in enumerate(values) if v is not None]
-        ax.bar(xs, [v for v in values if v is not None], width, label=label)
-    ax.set_xticks([j + width * (len(bars) - 1) / 2 for j in range(len(rows))])
-    ax.set_xticklabels([r.config for r in rows])
-    ax.set_xlabel("configuration (nodes x GPUs per node)")
-    ax.set_ylabel("seconds" if not keys else "seconds per step (profiled window by category)")
-    ax.legend(loc="best", fontsize="small")
-    ax.grid(True, axis="y", alpha=0.3)
-    return fig
-
-
-def _loss(MplFigure, s: Series, curves: list[str]):
-    fig = MplFigure(figsize=(min(12, 4.5 * len(curves)), 3.4), layout="constrained")
-    axes = fig.subplots(1, len(curves), squeeze=False)[0]
-    for ax, name in zip(axes, curves, strict=True):
-        for r in s.rows:
-            points = r.run.curves.get(name)
-            if points:
-                steps, values = zip(*points, strict=True)
-                ax.plot(steps, values, "o-" if len(points) < 3 else "-", label=r.config, markersize=4)
-        ax.set_title(name, fontsize="medium")
-        ax.set_xlabel("step")
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
-    return fig
-
-
-def _energy(MplFigure, report: Report):
-    rows = [(s, r) for s in report.series for r in s.rows if r.energy.kwh is not None]
-    fig = MplFigure(figsize=(max(6, 0.9 * len(rows) + 2), 3.6), layout="constrained")
-    ax = fig.subplots()
-    colors = {"accounting": "tab:green", "sampled": "tab:blue", "estimate": "tab:orange"}
-    for i, (_, r) in enumerate(rows):
-        ax.bar(i, r.energy.kwh, color=colors[r.energy.source], hatch="//" if r.energy.source == "estimate" else None, label=r.energy.source)
-        if r.emissions.kg is not None:
-            ax.annotate(f"{r.emissions.kg:.3g} kg CO2e", (i, r.energy.kwh), ha="center", va="bottom", fontsize="x-small")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([f"{r.config}\n{slug(s.name)[-18:]}" if len(report.series) > 1 else r.config for s, r in rows], fontsize="small")
-    ax.set_ylabel("energy (kWh)")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), loc="best", fontsize="small", title="source")
-    ax.grid(True, axis="y", alpha=0.3)
-    return fig
