@@ -34,7 +34,8 @@ def test_seed_002_port_error_is_a_fault_of_the_node_it_names():
 @pytest.mark.parametrize(
     "line",
     [
-        "3: node2:5776:5902 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)",
+        "3: node2:5776:5902 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, "
+        "opcode 0, len 0, vendor err 129 (Recv)",
         "node2:1:2 [1] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
         "node2:1:2 [1] NCCL WARN NET/OFI Request 0x1 completed with error. RC: 5. Error: Input/output error",
     ],
@@ -161,13 +162,22 @@ def leave_intent(project, known=()):
     data = json.loads(path.read_text())
     fp = data["records"][-1]["fingerprint"]
     data["records"] = []  # a fresh item: the killed process recorded nothing
-    data["submitting"] = {"fingerprint": fp, "job_name": "bench@x", "workdir": str(project.resolve()), "written_at": 1000.0, "known": list(known)}
+    data["submitting"] = {
+        "fingerprint": fp,
+        "job_name": "bench@x",
+        "workdir": str(project.resolve()),
+        "written_at": 1000.0,
+        "known": list(known),
+    }
     path.write_text(json.dumps(data))
 
 
 def test_an_orphaned_job_is_adopted_not_submitted_again(project):
     leave_intent(project)
-    runner = fake_slurm(squeue=ok(f"205|{project.resolve()}\n206|/elsewhere\n"), sacct=lambda argv: (ok("") if "--name=bench@x" in argv else jobrun_sacct("205", "COMPLETED"))(argv))
+    runner = fake_slurm(
+        squeue=ok(f"205|{project.resolve()}\n206|/elsewhere\n"),
+        sacct=lambda argv: (ok("") if "--name=bench@x" in argv else jobrun_sacct("205", "COMPLETED"))(argv),
+    )
     outcome, lines = run(project, runner)
     assert runner.called("sbatch") == []
     assert outcome.record.job_id == "205" and outcome.record.adopted and outcome.record.state == State.COMPLETED
@@ -177,14 +187,22 @@ def test_an_orphaned_job_is_adopted_not_submitted_again(project):
 
 def test_no_orphan_found_means_submit(project):
     leave_intent(project)
-    runner = fake_slurm(squeue=ok(""), sbatch=ok("301\n"), sacct=lambda argv: (ok("") if "--name=bench@x" in argv else jobrun_sacct("301", "COMPLETED"))(argv))
+    runner = fake_slurm(
+        squeue=ok(""),
+        sbatch=ok("301\n"),
+        sacct=lambda argv: (ok("") if "--name=bench@x" in argv else jobrun_sacct("301", "COMPLETED"))(argv),
+    )
     outcome, _ = run(project, runner)
     assert len(runner.called("sbatch")) == 1 and outcome.record.job_id == "301" and not outcome.record.adopted
 
 
 def test_known_jobs_are_not_adopted(project):
     leave_intent(project, known=("205",))
-    runner = fake_slurm(squeue=ok(f"205|{project.resolve()}\n"), sbatch=ok("301\n"), sacct=lambda argv: (ok("") if "--name=bench@x" in argv else jobrun_sacct("301", "COMPLETED"))(argv))
+    runner = fake_slurm(
+        squeue=ok(f"205|{project.resolve()}\n"),
+        sbatch=ok("301\n"),
+        sacct=lambda argv: (ok("") if "--name=bench@x" in argv else jobrun_sacct("301", "COMPLETED"))(argv),
+    )
     outcome, _ = run(project, runner)
     assert outcome.record.job_id == "301"
 
@@ -206,11 +224,13 @@ def test_a_job_slurm_requeued_after_a_node_failure_is_kept_off_that_node(project
     """With --requeue, Slurm itself requeues a job whose node failed: `run` sees the
     NODE_FAIL run in sacct's history, keeps the pending job off the node
     (scontrol update ExcNodeList) and records the fault; no second job."""
-    answers = iter([
-        "101|RUNNING|0:0|5|1|node2|None\n",
-        "101|NODE_FAIL|0:0|9|1|node2|None\n101|PENDING|0:0|0|1|None assigned|BeginTime\n",
-        "101|NODE_FAIL|0:0|9|1|node2|None\n101|RUNNING|0:0|3|1|node1|None\n",
-    ])
+    answers = iter(
+        [
+            "101|RUNNING|0:0|5|1|node2|None\n",
+            "101|NODE_FAIL|0:0|9|1|node2|None\n101|PENDING|0:0|0|1|None assigned|BeginTime\n",
+            "101|NODE_FAIL|0:0|9|1|node2|None\n101|RUNNING|0:0|3|1|node1|None\n",
+        ]
+    )
     last = "101|NODE_FAIL|0:0|9|1|node2|None\n101|COMPLETED|0:0|30|1|node1|None\n"
     runner = fake_slurm(sacct=lambda argv: Completed(tuple(argv), 0, next(answers, last), ""), sinfo=ok("node2|down*\n"))
     runner.installed.add("sinfo")

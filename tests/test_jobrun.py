@@ -68,7 +68,8 @@ def fake_slurm(**overrides):
 def run(project, runner, clock=None, item="bench@x"):
     lines = []
     ctx = foreground.Context(project, item)
-    outcome = foreground.run_item(ctx, SPEC, None, None, runner, clock or FakeClock(), foreground.Polling(first_s=1, max_s=8, heartbeat_s=100), lines.append)
+    polling = foreground.Polling(first_s=1, max_s=8, heartbeat_s=100)
+    outcome = foreground.run_item(ctx, SPEC, None, None, runner, clock or FakeClock(), polling, lines.append)
     return outcome, lines
 
 
@@ -77,7 +78,8 @@ def test_submits_waits_and_records(project):
     outcome, lines = run(project, runner)
     assert outcome.record.job_id == "101" and outcome.record.state == State.COMPLETED and not outcome.attached
     (sbatch,) = runner.called("sbatch")
-    assert sbatch[:3] == ["sbatch", "--parsable", f"--chdir={project.resolve()}"] and sbatch[3].endswith(".orchestrator/scripts/testbed/bench@x.sbatch")
+    assert sbatch[:3] == ["sbatch", "--parsable", f"--chdir={project.resolve()}"]
+    assert sbatch[3].endswith(".orchestrator/scripts/testbed/bench@x.sbatch")
     assert (project / ".orchestrator/scripts/testbed/bench@x.sbatch").is_file()
     assert [line.split(": ", 1)[1] for line in lines] == [
         "submitted job 101 on testbed (2x2); log .orchestrator/logs/bench@x-101.log",
@@ -148,7 +150,8 @@ def test_query_failures_are_retried_never_resubmitted(project):
 
 
 def test_preflight_problems_stop_submission(project):
-    runner = fake_slurm(sacctmgr=ok("project_465000001\n"), scontrol=lambda argv: (PING if argv[1] == "ping" else ok("ClusterName = lumi\n"))(argv))
+    lumi = lambda argv: (PING if argv[1] == "ping" else ok("ClusterName = lumi\n"))(argv)  # noqa: E731
+    runner = fake_slurm(sacctmgr=ok("project_465000001\n"), scontrol=lumi)
     with pytest.raises(SchedulerError) as err:
         run(project, runner)
     text = err.value.render()
@@ -166,7 +169,8 @@ def test_unreachable_controller_stops_submission(project):
 
 
 def test_sbatch_refusal_is_reported(project):
-    runner = fake_slurm(sbatch=ok("", "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified", rc=1))
+    refusal = "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified"
+    runner = fake_slurm(sbatch=ok("", refusal, rc=1))
     with pytest.raises(SchedulerError, match="Invalid account"):
         run(project, runner)
     assert ledger.Ledger(project).records("bench@x") == []
@@ -188,3 +192,54 @@ def test_cluster_detection(project):
     assert selection.select_cluster("lumi", prm, fake_slurm()) == "lumi"
     assert selection.select_cluster(None, prm, FakeRunner(installed=set())) == "local"
     assert selection.select_cluster(None, prm, fake_slurm(scontrol=ok("ClusterName = elsewhere\n"))) == "local"
+
+
+# --- the local form: a child process, started through the runner ---------------
+
+
+def test_a_local_job_is_a_child_process_started_through_the_runner(project):
+    import socket
+
+    runner = FakeRunner()
+    lines = []
+    ctx = foreground.Context(project, "adhoc")
+    spec = JobSpec(command=("python", "-c", "pass"))
+    outcome = foreground.run_item(ctx, spec, "local", None, runner, FakeClock(), foreground.Polling(first_s=1), lines.append)
+    (child,) = runner.spawned
+    script = project / ".orchestrator/scripts/local/adhoc.sh"
+    assert child.argv == ("bash", str(script)) and child.cwd == project and script.is_file()
+    assert runner.calls == [["bash", str(script)]]  # nothing else ran: no scheduler to ask
+    rec = outcome.record
+    assert (rec.job_id, rec.backend, rec.state, rec.exit_code) == (f"local-{child.pid}", "local", State.COMPLETED, 0)
+    assert rec.log == ".orchestrator/logs/adhoc-local.log" and rec.nodelist == socket.gethostname()
+    assert lines[0].endswith(f"submitted job local-{child.pid} on local (1x1); log .orchestrator/logs/adhoc-local.log")
+
+
+def test_a_failed_local_child_fails_the_item(project):
+    runner = FakeRunner(exit_codes={"bash": 3})
+    with pytest.raises(foreground.JobFailed, match=r"job local-\d+ failed \(process, exit code 3\)"):
+        foreground.run_item(foreground.Context(project, "adhoc"), JobSpec(command=("false",)), "local", None, runner, FakeClock())
+    assert len(runner.spawned) == 1
+
+
+def test_the_process_backend_follows_its_children_and_checks_other_pids(tmp_path):
+    import os
+    import subprocess
+    from types import SimpleNamespace
+
+    from orchestrator.jobs.backends import ProcessBackend
+
+    runner = FakeRunner(exit_codes={"bash": None})  # still running
+    backend = ProcessBackend(tmp_path, runner)
+    plan = SimpleNamespace(log=".orchestrator/logs/x-local.log")  # submit reads only the plan's log
+    accepted = backend.submit(plan, tmp_path / "x.sh")
+    (child,) = runner.spawned
+    assert accepted.job_id == f"local-{child.pid}" and accepted.log == ".orchestrator/logs/x-local.log"
+    assert backend.query([accepted.job_id])[accepted.job_id].state == State.RUNNING
+    backend.cancel([accepted.job_id])
+    assert child.terminated and backend.query([accepted.job_id])[accepted.job_id].state == State.FAILED
+    # A job of an earlier orchestrator process: running while its pid is alive.
+    mine, ended = f"local-{os.getpid()}", subprocess.Popen(["true"])
+    ended.wait()
+    found = backend.query([mine, f"local-{ended.pid}"])
+    assert (found[mine].state, found[f"local-{ended.pid}"].state) == (State.RUNNING, State.UNKNOWN)

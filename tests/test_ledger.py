@@ -10,7 +10,16 @@ from orchestrator.slurm.states import State
 
 
 def record(item, job_id, fingerprint="f", state=State.PENDING):
-    return ledger.Record(item=item, fingerprint=fingerprint, backend="slurm", job_id=job_id, profile="testbed", script="s.sbatch", submitted_at=1.0, state=state)
+    return ledger.Record(
+        item=item,
+        fingerprint=fingerprint,
+        backend="slurm",
+        job_id=job_id,
+        profile="testbed",
+        script="s.sbatch",
+        submitted_at=1.0,
+        state=state,
+    )
 
 
 def test_append_update_and_read_back(tmp_path):

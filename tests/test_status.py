@@ -11,12 +11,27 @@ from orchestrator.slurm.states import State
 
 
 def record(item, job_id, state=State.RUNNING, backend="slurm", log=None):
-    return ledger.Record(item=item, fingerprint="f" + job_id, backend=backend, job_id=job_id, profile="testbed", script="s", submitted_at=1.0, state=state, log=log)
+    return ledger.Record(
+        item=item,
+        fingerprint="f" + job_id,
+        backend=backend,
+        job_id=job_id,
+        profile="testbed",
+        script="s",
+        submitted_at=1.0,
+        state=state,
+        log=log,
+    )
 
 
 def seed(root):
     book = ledger.Ledger(root)
-    for rec in [record("bench@a", "11"), record("bench@b", "12"), record("bench@c", "13", State.COMPLETED), record("other", "local-5", State.COMPLETED, backend="local")]:
+    for rec in [
+        record("bench@a", "11"),
+        record("bench@b", "12"),
+        record("bench@c", "13", State.COMPLETED),
+        record("other", "local-5", State.COMPLETED, backend="local"),
+    ]:
         with book.locked(rec.item) as entries:
             entries.append(rec)
     return book
@@ -77,7 +92,9 @@ def test_status_shows_mfu_and_node_fault_retries(tmp_path):
     (tmp_path / "out/metrics.json").write_text(json.dumps({"tokens_per_second": 1000.0, "flops_per_token": 6e10, "world_size": 2}))
     book = ledger.Ledger(tmp_path)
     done = dataclasses.replace(record("lm@big", "21", State.COMPLETED), profile="lumi", metrics=("out/metrics.json",))
-    faulted = dataclasses.replace(record("lm@small", "30", State.FAILED), fingerprint="g", fault="NODE_FAIL on nid001", fault_nodes=("nid001",))
+    faulted = dataclasses.replace(
+        record("lm@small", "30", State.FAILED), fingerprint="g", fault="NODE_FAIL on nid001", fault_nodes=("nid001",)
+    )
     retried = dataclasses.replace(record("lm@small", "31", State.COMPLETED), fingerprint="g", excluded=("nid001",))
     for rec in (done, faulted, retried):
         with book.locked(rec.item) as entries:

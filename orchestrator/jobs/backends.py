@@ -1,12 +1,13 @@
 """Backends: how a rendered script becomes a running job, behind one small interface.
 
 * :class:`ProcessBackend` runs the script as a child process: the ``local`` form
-  on this machine, and the seed's blocking ``srun`` form (srun allocates and
-  waits inside the script).
+  on this machine, and the blocking ``srun`` form (srun allocates and waits
+  inside the script).
 * :class:`SbatchBackend` submits the ``sbatch`` form and follows the job with
   one ``sacct`` query for all jobs per poll (``squeue`` when accounting lags).
 
-Every command is an argv list run through a :class:`~orchestrator.runner.Runner`.
+Every command, and the local child process, goes through a
+:class:`~orchestrator.util.runner.Runner`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from orchestrator.scripts.plan import Plan
 from orchestrator.slurm import commands, states
 from orchestrator.slurm import config as slurm_config
 from orchestrator.slurm.states import JobInfo, State
-from orchestrator.util.runner import Runner
+from orchestrator.util.runner import Process, Runner
 
 
 class SchedulerError(OrchestratorError):
@@ -38,9 +39,15 @@ class SchedulerError(OrchestratorError):
 class Refused(SchedulerError):
     """The scheduler answered and said no: no job was made."""
 
+    def __init__(self, headline: str, problems: Sequence[str] = (), hints: Sequence[str] = (), stderr: str = "") -> None:
+        self.stderr = stderr  # the scheduler's own words, for callers that word the error themselves
+        super().__init__(headline, problems, hints)
+
 
 @dataclass(frozen=True)
-class Submitted:
+class Accepted:
+    """A backend's answer to a submission: the job it made and where its log goes."""
+
     job_id: str
     log: str  # relative to the workspace
 
@@ -50,7 +57,7 @@ class Backend(Protocol):
 
     def preflight(self, plan: Plan) -> list[str]: ...
 
-    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted: ...
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Accepted: ...
 
     def find(self, intent: ledger.Intent) -> str | None: ...
 
@@ -66,25 +73,26 @@ class Backend(Protocol):
 class ProcessBackend:
     """Runs the script as our child; the job lives as long as this process."""
 
-    def __init__(self, root: Path, name: str = "local") -> None:
+    def __init__(self, root: Path, runner: Runner, name: str = "local") -> None:
         self.root = root
+        self.runner = runner
         self.name = name
-        self._children: dict[str, subprocess.Popen] = {}
+        self._children: dict[str, Process] = {}
         self._started: dict[str, float] = {}
 
     def preflight(self, plan: Plan) -> list[str]:
         return []
 
-    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted:
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Accepted:
         if after:
             raise ValueError("a process backend runs jobs one at a time; it cannot wait for others")
         # ``exclude`` means nothing here: the script runs where we are (or srun picks).
         # Output goes to our stdout/stderr (DVC shows it); the script tees a log itself.
-        child = subprocess.Popen(["bash", str(script)], cwd=self.root)
+        child = self.runner.spawn(["bash", str(script)], cwd=self.root)
         job_id = f"{self.name}-{child.pid}"
         self._children[job_id] = child
         self._started[job_id] = time.monotonic()
-        return Submitted(job_id, plan.log.replace("%j", "local" if self.name == "local" else "%j"))
+        return Accepted(job_id, plan.log.replace("%j", "local" if self.name == "local" else "%j"))
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         found = {}
@@ -154,16 +162,22 @@ class SbatchBackend:
             self._checked.add(key)
         return problems
 
-    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Submitted:
-        argv = commands.sbatch_argv(str(script), plan.workspace, after, exclude)
+    def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Accepted:
+        job_id = self.sbatch(script, plan.workspace, plan.item, after, exclude)
+        return Accepted(job_id, plan.log.replace("%j", job_id))
+
+    def sbatch(self, script: Path, workdir: str, what: str, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> str:
+        """Submit ``script`` to run in ``workdir``; the job id. :class:`Refused`, naming
+        ``what``, when sbatch says no."""
+        argv = commands.sbatch_argv(str(script), workdir, after, exclude)
         done = self._run(argv, timeout=120)
         if done.returncode != 0:
-            raise Refused(f"sbatch refused {plan.item}: {done.stderr.strip() or done.stdout.strip()}", hints=[f"command: {' '.join(argv)}"])
+            why = done.stderr.strip() or done.stdout.strip()
+            raise Refused(f"sbatch refused {what}: {why}", hints=[f"command: {' '.join(argv)}"], stderr=done.stderr)
         try:
-            job_id = commands.parse_sbatch(done.stdout)
+            return commands.parse_sbatch(done.stdout)
         except ValueError as exc:
             raise SchedulerError(str(exc)) from exc
-        return Submitted(job_id, plan.log.replace("%j", job_id))
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         """One sacct call for all jobs; squeue fills in jobs sacct does not list yet."""
@@ -216,9 +230,13 @@ class SbatchBackend:
             done = self._run(argv, timeout=60)
             if done.returncode == 0:
                 answered = True
-                found += [job for job, workdir in commands.parse_named(done.stdout) if os.path.normpath(workdir) == os.path.normpath(intent.workdir)]
+                here = os.path.normpath(intent.workdir)
+                found += [job for job, workdir in commands.parse_named(done.stdout) if os.path.normpath(workdir) == here]
         if not answered:
-            raise SchedulerError("cannot tell whether an interrupted submission reached Slurm: squeue and sacct both failed", hints=["run again when the controller answers"])
+            raise SchedulerError(
+                "cannot tell whether an interrupted submission reached Slurm: squeue and sacct both failed",
+                hints=["run again when the controller answers"],
+            )
         fresh = sorted({j for j in found if j not in intent.known}, key=int)
         return fresh[-1] if fresh else None
 

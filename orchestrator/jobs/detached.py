@@ -26,7 +26,6 @@ from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.quoting import join as shell_join
 from orchestrator.scripts.workspace import SCRIPTS_DIR, Workspace
-from orchestrator.slurm import commands
 from orchestrator.slurm.states import State
 from orchestrator.util.runner import Runner
 
@@ -34,7 +33,10 @@ RECORD_ITEM = "orchestrator:record"
 
 
 @dataclass(frozen=True)
-class Submitted:
+class ItemJob:
+    """An item and the job that makes it, newly submitted or attached to: a row of
+    ``orchestrator submit``'s table."""
+
     item: str
     job_id: str
     attached: bool
@@ -49,7 +51,7 @@ def submit(
     targets: Sequence[str] = (),
     say: Callable[[str], None] = print,
     now: Callable[[], float] | None = None,
-) -> list[Submitted]:
+) -> list[ItemJob]:
     import time
 
     from dvc.exceptions import DvcException
@@ -84,20 +86,21 @@ def submit(
 
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
     book = ledger.Ledger(root)
-    done: dict[str, Submitted] = {}
+    done: dict[str, ItemJob] = {}
     for name in order:
         plan = plans[name]
         text = render.render(plan)
         script = ws.script_path(plan)
         write_script(script, text)
         after = tuple(done[u].job_id for u in _upstream(name, deps[name], order, outs) if u in done and done[u].state.active)
+        sub = foreground.Submission(ws, plan, script, text, prints[name], outs[name], after)
         with book.locked(name) as records:
-            outcome = foreground.attach_or_submit(records, prints[name], backend, ws, plan, script, text, outs[name], now(), runner, after)
+            outcome = foreground.attach_or_submit(records, sub, backend, runner, now())
         state = outcome.info.state if outcome.info else outcome.record.state
-        done[name] = Submitted(name, outcome.record.job_id, outcome.attached, state, () if outcome.attached else after)
+        done[name] = ItemJob(name, outcome.record.job_id, outcome.attached, state, () if outcome.attached else after)
         if not outcome.attached:
             say(f"{name}: job {outcome.record.job_id}" + (f" after {','.join(after)}" if after else ""))
-    recorder = _submit_recorder(ws, backend, runner, targets, [s.job_id for s in done.values() if s.state.active], now, say)
+    recorder = _submit_recorder(ws, backend, targets, [s.job_id for s in done.values() if s.state.active], now, say)
     return [*done.values(), *([recorder] if recorder else [])]
 
 
@@ -131,7 +134,7 @@ def _upstream(name: str, deps: Sequence[str], order: list[str], outs: dict[str, 
     return sorted({p for d in deps for p in fingerprint.producers_of(d, producers) if p != name})
 
 
-def _submit_recorder(ws: Workspace, backend, runner: Runner, targets, job_ids: list[str], now, say) -> Submitted | None:
+def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, job_ids: list[str], now, say) -> ItemJob | None:
     """The job that records results in DVC once every job has ended."""
     partition = ws.profile.profile.scheduler.service_partition
     if not job_ids:
@@ -149,29 +152,41 @@ def _submit_recorder(ws: Workspace, backend, runner: Runner, targets, job_ids: l
                 info = backend.query([rec.job_id]).get(rec.job_id)
                 if info is not None and info.state.active:
                     say(f"recording job {rec.job_id} (submitted earlier) records these jobs too")
-                    return Submitted(RECORD_ITEM, rec.job_id, True, info.state, tuple(job_ids))
-        text = render.environment().get_template("record.sh.j2").render(
-            version=__version__,
-            workspace=ws.workspace,
-            account=ws.params.settings.account,
-            partition=partition,
-            dependency="afterany:" + ":".join(job_ids),
-            log=".orchestrator/logs/record-%j.log",
-            repro=shell_join(["dvc", "repro", "--keep-going", *targets]),
-            profile=ws.cluster,
+                    return ItemJob(RECORD_ITEM, rec.job_id, True, info.state, tuple(job_ids))
+        text = (
+            render.environment()
+            .get_template("record.sh.j2")
+            .render(
+                version=__version__,
+                workspace=ws.workspace,
+                account=ws.params.settings.account,
+                partition=partition,
+                dependency="afterany:" + ":".join(job_ids),
+                log=".orchestrator/logs/record-%j.log",
+                repro=shell_join(["dvc", "repro", "--keep-going", *targets]),
+                profile=ws.cluster,
+            )
         )
         script = ws.root / SCRIPTS_DIR / "record.sbatch"
         write_script(script, text)
-        done = runner.run(commands.sbatch_argv(str(script), ws.workspace), timeout=120)
-        if done.returncode != 0:
-            raise backends.SchedulerError(f"the recording job was refused: {done.stderr.strip()}", hints=["the jobs are submitted; run `dvc repro` when they end"])
-        job_id = commands.parse_sbatch(done.stdout)
+        try:
+            job_id = backend.sbatch(script, ws.workspace, RECORD_ITEM)
+        except backends.Refused as exc:
+            raise backends.SchedulerError(
+                f"the recording job was refused: {exc.stderr.strip()}", hints=["the jobs are submitted; run `dvc repro` when they end"]
+            ) from exc
         records.append(
             ledger.Record(
-                item=RECORD_ITEM, fingerprint="", backend="slurm", job_id=job_id, profile=ws.cluster,
-                script=os.path.relpath(script, ws.root), submitted_at=now(), log=f".orchestrator/logs/record-{job_id}.log",
+                item=RECORD_ITEM,
+                fingerprint="",
+                backend="slurm",
+                job_id=job_id,
+                profile=ws.cluster,
+                script=os.path.relpath(script, ws.root),
+                submitted_at=now(),
+                log=f".orchestrator/logs/record-{job_id}.log",
                 provenance={"after": list(job_ids), "targets": list(targets)},
             )
         )
     say(f"recording job {job_id} runs `dvc repro --keep-going` when they end (log .orchestrator/logs/record-{job_id}.log)")
-    return Submitted(RECORD_ITEM, job_id, False, State.PENDING, tuple(job_ids))
+    return ItemJob(RECORD_ITEM, job_id, False, State.PENDING, tuple(job_ids))

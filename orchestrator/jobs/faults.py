@@ -20,7 +20,7 @@ from orchestrator.slurm.states import JobInfo, State, node_failed
 
 # Interconnect errors after which the job cannot go on, as NCCL/RCCL print them:
 # "<host>:<pid>:<tid> [<dev>] <file>:<line> NCCL WARN <message>", perhaps behind
-# srun's "<task>: " label. The first is seed 002's flaky JUWELS Booster link.
+# srun's "<task>: " label. The first is what a flaky JUWELS Booster link prints.
 INTERCONNECT = (
     re.compile(r"NET/IB\s*:\s*Got async event\s*:\s*port error"),
     re.compile(r"NET/IB\s*:\s*Got completion from peer .* with (error|status)[ =]\d+"),
@@ -55,7 +55,9 @@ def suspects(nodes: Sequence[str], unhealthy: Callable[[Sequence[str]], Sequence
     return [n for n in nodes if n in bad] or list(nodes)
 
 
-def classify(info: JobInfo, log_lines: Iterable[str], unhealthy: Callable[[Sequence[str]], Sequence[str]] = lambda nodes: ()) -> Fault | None:
+def classify(
+    info: JobInfo, log_lines: Iterable[str], unhealthy: Callable[[Sequence[str]], Sequence[str]] = lambda nodes: ()
+) -> Fault | None:
     """The node fault that ended the job, or None when the job failed on its own.
     ``unhealthy`` asks the scheduler which nodes are down (only for a node failure)."""
     if info.state != State.FAILED:

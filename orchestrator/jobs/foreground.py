@@ -3,7 +3,7 @@
 plan -> render -> attach to a job with the same fingerprint (pending, running or
 finished successfully) or submit one -> wait with progress -> check the outputs.
 The script run is the script ``render`` writes, byte for byte: both go through
-:func:`orchestrator.plan.make_plan` and the same templates.
+:func:`orchestrator.scripts.plan.make_plan` and the same templates.
 """
 
 from __future__ import annotations
@@ -96,10 +96,25 @@ class Outcome:
     info: JobInfo | None = None
 
 
+@dataclass(frozen=True)
+class Submission:
+    """One item's job as it would be submitted: the workspace and plan it comes from,
+    its rendered script (text, and where it is written), and what identifies it (its
+    fingerprint) or it makes (its outputs)."""
+
+    ws: Workspace
+    plan: Plan
+    script: Path
+    text: str
+    fingerprint: str
+    outs: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()  # job ids it waits for (sbatch only)
+
+
 def backend_for(plan: Plan, loaded: profile.LoadedProfile, root: Path, runner: Runner) -> backends.Backend:
     if plan.form == "sbatch":
         return backends.SbatchBackend(root, runner, loaded.profile.scheduler.cluster_name)
-    return backends.ProcessBackend(root, "local" if plan.form == "local" else "srun")
+    return backends.ProcessBackend(root, runner, "local" if plan.form == "local" else "srun")
 
 
 def run_item(
@@ -127,17 +142,20 @@ def run_item(
     script = ws.script_path(plan)
     write_script(script, text)
     fp, outs, metrics = _identity(ws, ctx, text)
+    submission = Submission(ws, plan, script, text, fp, outs)
     backend = backend_for(plan, ws.profile, ctx.root, runner)
     book = ledger.Ledger(ctx.root)
 
     scheduler = ws.profile.profile.scheduler
     while True:
         with book.locked(ctx.item) as records:
-            outcome = attach_or_submit(records, fp, backend, ws, plan, script, text, outs, clock.now(), runner)
+            outcome = attach_or_submit(records, submission, backend, runner, clock.now())
         _announce(outcome, ctx.item, ws.cluster, plan, say)
         requeued = _RequeuedOffFailedNodes(backend, book, ctx.item, outcome.record, say)
         info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info, observe=requeued)
-        fault = None if info.state == State.COMPLETED else faults.classify(info, faults.read_tail(outcome.record.log_path(ctx.root)), backend.unhealthy)
+        fault = None
+        if info.state != State.COMPLETED:
+            fault = faults.classify(info, faults.read_tail(outcome.record.log_path(ctx.root)), backend.unhealthy)
         with book.locked(ctx.item) as records:
             record = records.update(
                 outcome.record.job_id,
@@ -155,7 +173,10 @@ def run_item(
             break
         delay = scheduler.retry_backoff_s * 2 ** (retries - 1)
         without = f" without {', '.join(fault.nodes)}" if fault.nodes else ""
-        say(f"{ctx.item}: job {record.job_id} failed on a node fault ({fault.reason}); submitting again{without} in {delay:g} s (retry {retries} of {scheduler.node_fault_retries})")
+        say(
+            f"{ctx.item}: job {record.job_id} failed on a node fault ({fault.reason}); "
+            f"submitting again{without} in {delay:g} s (retry {retries} of {scheduler.node_fault_retries})"
+        )
         clock.sleep(delay)
     if info.state != State.COMPLETED:
         hints = _log_hints(ctx.root, record)
@@ -164,7 +185,9 @@ def run_item(
         raise JobFailed(f"{ctx.item}: job {record.job_id} {info.state.value} ({info.slurm_state}, exit code {info.exit_code})", hints=hints)
     missing = [o for o in outs if not (ctx.root / o).exists()]
     if missing:
-        raise JobFailed(f"{ctx.item}: job {record.job_id} succeeded but did not create {', '.join(missing)}", hints=_log_hints(ctx.root, record))
+        raise JobFailed(
+            f"{ctx.item}: job {record.job_id} succeeded but did not create {', '.join(missing)}", hints=_log_hints(ctx.root, record)
+        )
     if metrics:
         with book.locked(ctx.item) as records:
             outcome.record = records.update(record.job_id, metrics=metrics)  # `status` reads MFU there
@@ -191,8 +214,10 @@ class _RequeuedOffFailedNodes:
         if info.state == State.PENDING and wanted != self.excluded and self.backend.exclude(info.job_id, wanted):
             self.excluded = wanted
         with self.book.locked(self.item) as records:
-            records.update(info.job_id, fault=f"NODE_FAIL on {', '.join(failed)} (Slurm requeued the job)", fault_nodes=tuple(failed), excluded=self.excluded)
-        self.say(f"{self.item}: job {info.job_id} lost a node ({', '.join(failed)}); Slurm requeued it" + (f", kept off {', '.join(self.excluded)}" if self.excluded else ""))
+            fault = f"NODE_FAIL on {', '.join(failed)} (Slurm requeued the job)"
+            records.update(info.job_id, fault=fault, fault_nodes=tuple(failed), excluded=self.excluded)
+        kept_off = f", kept off {', '.join(self.excluded)}" if self.excluded else ""
+        self.say(f"{self.item}: job {info.job_id} lost a node ({', '.join(failed)}); Slurm requeued it" + kept_off)
 
 
 def _announce(outcome: Outcome, item: str, cluster: str, plan: Plan, say) -> None:
@@ -221,62 +246,56 @@ def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, .
                 raise PlanError(f"cannot run {ctx.item}", [stages.persist_problem(removable)])
             outs = tuple(os.path.relpath(os.path.join(stage.wdir, o.def_path), ctx.root) for o in stage.outs)
             metrics = tuple(path for path, o in zip(outs, stage.outs, strict=True) if o.metric)
-            script_of = lambda name: text if name == ctx.item else ws.script_of(name)
+
+            def script_of(name: str) -> str:
+                return text if name == ctx.item else ws.script_of(name)
+
             return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
     except DvcException as exc:
         raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc
 
 
-def attach_or_submit(
-    records: ledger.ItemLedger,
-    fp: str,
-    backend: backends.Backend,
-    ws: Workspace,
-    plan: Plan,
-    script: Path,
-    text: str,
-    outs: tuple[str, ...],
-    now: float,
-    runner: Runner,
-    after: tuple[str, ...] = (),
-) -> Outcome:
+def attach_or_submit(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, now: float) -> Outcome:
     """The one place a job is submitted; call it holding the item's ledger lock."""
-    outcome = attach(records, fp, backend) or adopt(records, fp, backend, ws, plan, script, text, runner)
+    ws, plan, fp = sub.ws, sub.plan, sub.fingerprint
+    outcome = attach(records, fp, backend) or adopt(records, sub, backend, runner)
     if outcome is not None:
         return outcome
     if os.environ.get(ATTACH_ONLY) == "1":
-        raise JobFailed(f"{plan.item}: no finished or running job with this script and inputs to record (attach-only mode: nothing is submitted)")
+        raise JobFailed(
+            f"{plan.item}: no finished or running job with this script and inputs to record (attach-only mode: nothing is submitted)"
+        )
     missing = [name for name in plan.secrets if not os.environ.get(name)]
     problems = [f"secret {name} (orchestrator.secrets) is not set in this environment: export it before submitting" for name in missing]
     problems += backend.preflight(plan)
     if problems:
         raise backends.SchedulerError(f"{plan.item} was not submitted", problems)
-    remove_stale(ws.root, outs)  # what DVC does for outputs that do not persist
+    remove_stale(ws.root, sub.outs)  # what DVC does for outputs that do not persist
     # Slurm opens the log before the script runs: its folder must exist.
     (ws.root / plan.log).parent.mkdir(parents=True, exist_ok=True)
     # Nodes that failed this item's earlier tries (the retries now under way).
     exclude = sorted({n for r in records.trailing_faults(fp) for n in (*r.excluded, *r.fault_nodes)})
     records.begin(ledger.Intent(fp, plan.job_name, plan.workspace, now, tuple(r.job_id for r in records.records)))
     try:
-        submitted = backend.submit(plan, script, after=after, exclude=exclude)
+        accepted = backend.submit(plan, sub.script, after=sub.after, exclude=exclude)
     except backends.Refused:
         records.forget_intent()  # refused: no job exists, nothing to look for later
         raise
-    prov = provenance.at_submission(ws.root, runner, ws.profile, text)
-    record = _record(ws, plan, backend, script, fp, submitted.job_id, submitted.log, now, prov, excluded=tuple(exclude))
+    prov = provenance.at_submission(ws.root, runner, ws.profile, sub.text)
+    record = _record(sub, backend, fp, accepted.job_id, accepted.log, now, prov, excluded=tuple(exclude))
     records.append(record)
     return Outcome(record, attached=False)
 
 
-def _record(ws: Workspace, plan: Plan, backend: backends.Backend, script: Path, fp: str, job_id: str, log: str, at: float, prov: dict, **more) -> ledger.Record:
-    """A ledger record of one of ``plan``'s jobs, submitted (or found) at ``at``."""
+def _record(sub: Submission, backend: backends.Backend, fp: str, job_id: str, log: str, at: float, prov: dict, **more) -> ledger.Record:
+    """A ledger record of one of ``sub``'s jobs, submitted (or found) at ``at``."""
     return ledger.Record(
-        item=plan.item,
+        item=sub.plan.item,
         fingerprint=fp,
         backend=backend.name,
         job_id=job_id,
-        profile=ws.cluster,
-        script=os.path.relpath(script, ws.root),
+        profile=sub.ws.cluster,
+        script=os.path.relpath(sub.script, sub.ws.root),
         submitted_at=at,
         log=log,
         provenance=prov,
@@ -284,9 +303,10 @@ def _record(ws: Workspace, plan: Plan, backend: backends.Backend, script: Path, 
     )
 
 
-def adopt(records: ledger.ItemLedger, fp: str, backend: backends.Backend, ws: Workspace, plan: Plan, script: Path, text: str, runner: Runner) -> Outcome | None:
+def adopt(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner) -> Outcome | None:
     """Record the job an interrupted submission left behind (see :class:`ledger.Intent`);
-    follow it if it is this fingerprint's and pending, running or done."""
+    follow it if it is ``sub``'s (same fingerprint) and pending, running or done."""
+    fp = sub.fingerprint
     intent = records.intent
     if intent is None:
         return None
@@ -295,9 +315,10 @@ def adopt(records: ledger.ItemLedger, fp: str, backend: backends.Backend, ws: Wo
         records.forget_intent()  # the earlier process died before Slurm took the job
         return None
     info = backend.query([job_id]).get(job_id)
-    prov = provenance.at_submission(ws.root, runner, ws.profile, text) if intent.fingerprint == fp else {}
-    log = plan.log.replace("%j", job_id)  # as the sbatch backend names it (only Slurm jobs are adopted)
-    record = _record(ws, plan, backend, script, intent.fingerprint, job_id, log, intent.written_at, prov, state=info.state if info else State.PENDING, adopted=True)
+    prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text) if intent.fingerprint == fp else {}
+    log = sub.plan.log.replace("%j", job_id)  # as the sbatch backend names it (only Slurm jobs are adopted)
+    state = info.state if info else State.PENDING
+    record = _record(sub, backend, intent.fingerprint, job_id, log, intent.written_at, prov, state=state, adopted=True)
     records.append(record)
     if intent.fingerprint == fp and (record.state.active or record.state == State.COMPLETED):
         return Outcome(record, attached=True, info=info)
@@ -326,7 +347,16 @@ def attach(records: ledger.ItemLedger, fp: str, backend: backends.Backend) -> Ou
     return Outcome(earlier, attached=True, info=info)
 
 
-def wait(backend, job_id: str, item: str, clock: Clock, polling: Polling, say, info: JobInfo | None = None, observe: Callable[[JobInfo], None] | None = None) -> JobInfo:
+def wait(
+    backend,
+    job_id: str,
+    item: str,
+    clock: Clock,
+    polling: Polling,
+    say,
+    info: JobInfo | None = None,
+    observe: Callable[[JobInfo], None] | None = None,
+) -> JobInfo:
     """Poll until the job ends; a line per state change and a heartbeat, never a flood.
 
     A failed query (controller or database down) is reported and retried with
@@ -372,5 +402,3 @@ def _log_hints(root: Path, record: ledger.Record, lines: int = 20) -> list[str]:
 
 def _say(line: str) -> None:
     print(f"orchestrator: {line}", file=sys.stderr, flush=True)
-
-

@@ -33,7 +33,7 @@ def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str
     }
     image = loaded.profile.container.image
     if image and loaded.profile.container.runtime:
-        prov["image"] = image  # its digest joins once images are built by the orchestrator
+        prov["image"] = image  # its content is pinned by containers/<image>.digest, a dependency of the stage
     code = git.state(root, runner, untracked=False)
     if code is not None:
         prov["git_commit"], prov["git_dirty"] = code.commit, code.dirty

@@ -43,7 +43,9 @@ def _histories(root: Path, targets: Sequence[str]) -> dict[str, list[ledger.Reco
     items = ledger.Ledger(root).items()
     chosen = {item: records for item, records in items.items() if _matches(item, targets)}
     if targets and not chosen:
-        raise OrchestratorError(f"no submitted item matches {', '.join(targets)}", hints=[f"items in the ledger: {', '.join(sorted(items)) or '(none)'}"])
+        raise OrchestratorError(
+            f"no submitted item matches {', '.join(targets)}", hints=[f"items in the ledger: {', '.join(sorted(items)) or '(none)'}"]
+        )
     return chosen
 
 
@@ -69,13 +71,29 @@ def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row
         info = found.get(rec.job_id)
         if info is not None and (info.state != rec.state or info.elapsed_s != rec.elapsed_s):
             with book.locked(item) as entries:
-                rec = entries.update(rec.job_id, state=info.state, exit_code=info.exit_code, nodelist=info.nodelist or rec.nodelist, nodes=info.nodes or rec.nodes, elapsed_s=info.elapsed_s)
+                rec = entries.update(
+                    rec.job_id,
+                    state=info.state,
+                    exit_code=info.exit_code,
+                    nodelist=info.nodelist or rec.nodelist,
+                    nodes=info.nodes or rec.nodes,
+                    elapsed_s=info.elapsed_s,
+                )
         history = histories[item]
         faulted = [r for r in history if r.fingerprint == rec.fingerprint and r.fault]
         rows.append(
             Row(
-                item, rec.state, rec.job_id, rec.nodelist or (str(rec.nodes) if rec.nodes else "-"), rec.elapsed_s, rec.exit_code, rec.log, len(history),
-                mfu=_mfu(root, rec, peaks), avoiding=rec.excluded, node_faults=len(faulted),
+                item,
+                rec.state,
+                rec.job_id,
+                rec.nodelist or (str(rec.nodes) if rec.nodes else "-"),
+                rec.elapsed_s,
+                rec.exit_code,
+                rec.log,
+                len(history),
+                mfu=_mfu(root, rec, peaks),
+                avoiding=rec.excluded,
+                node_faults=len(faulted),
             )
         )
     return rows
