@@ -55,3 +55,9 @@ class CheckError(OrchestratorError):
     """Rendered scripts failed their checks (bash -n, shellcheck, plan checks)."""
 
     exit_code = 1
+
+
+class JobFailed(OrchestratorError):
+    """The job ran and failed: the stage fails with the job's id, exit code and log."""
+
+    exit_code = 1

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
-from orchestrator.jobs import backends, foreground, ledger
+from orchestrator.jobs import backends, ledger, submission
 from orchestrator.pipeline import fingerprint
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
@@ -93,9 +93,9 @@ def submit(
         script = ws.script_path(plan)
         write_script(script, text)
         after = tuple(done[u].job_id for u in _upstream(name, deps[name], order, outs) if u in done and done[u].state.active)
-        sub = foreground.Submission(ws, plan, script, text, prints[name], outs[name], after)
+        sub = submission.Submission(ws, plan, script, text, prints[name], outs[name], after)
         with book.locked(name) as records:
-            outcome = foreground.attach_or_submit(records, sub, backend, runner, now())
+            outcome = submission.attach_or_submit(records, sub, backend, runner, now())
         state = outcome.info.state if outcome.info else outcome.record.state
         done[name] = ItemJob(name, outcome.record.job_id, outcome.attached, state, () if outcome.attached else after)
         if not outcome.attached:
