@@ -45,7 +45,7 @@ def device_peak(name: str) -> float | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="large", help="experiments/gpt.py size (default large)")
+    ap.add_argument("--model", default="large", help="experiments/lm/gpt.py size (default large)")
     ap.add_argument("--batch-size", type=int, default=8, help="sequences per step (default 8)")
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=60, help="steps, the first tenth untimed (default 60)")

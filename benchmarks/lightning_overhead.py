@@ -3,7 +3,7 @@
 Both train the same GPT (same seed, so the same initial weights) on the same
 batches (the run's own data, tokeniser and step-keyed order) with the same
 optimizer and loss, on CPU, in this one process. The Lightning side is the
-trainer `python -m experiments.lm` builds (experiments.lm.build_trainer) with the
+trainer `python -m experiments.lm` builds (experiments.lm.cli.build_trainer) with the
 run's per-step callbacks and its DVCLive logger, so the figure includes what a
 run pays for them; the plain side is fetch, forward, backward, step, zero_grad.
 Both run under torch.use_deterministic_algorithms(True), as a CPU run does.
@@ -57,13 +57,13 @@ def lightning_side(args, data, workdir: Path) -> tuple[list[float], float]:
     """Step times of a run through experiments.lm's trainer and callbacks, and its logger's write time per step."""
     import pytorch_lightning as pl
 
-    from experiments import lm
-    from experiments.callbacks import StepTimer
-    from experiments.causal_lm import CausalLM
-    from experiments.datamodule import LMDataModule
-    from experiments.datawait import DataWait
-    from experiments.plots import PlotsLogger
-    from experiments.requeue import CheckpointOnSignal, checkpoint_path
+    from experiments.common.callbacks import StepTimer
+    from experiments.common.datawait import DataWait
+    from experiments.common.plots import PlotsLogger
+    from experiments.common.requeue import CheckpointOnSignal, checkpoint_path
+    from experiments.lm import cli as lm
+    from experiments.lm.datamodule import LMDataModule
+    from experiments.lm.module import CausalLM
 
     class Stamps(pl.Callback):
         def __init__(self):
@@ -104,8 +104,8 @@ def plain_side(args, data) -> list[float]:
     import pytorch_lightning as pl
     import torch
 
-    from experiments import goldfish, gpt
-    from experiments.sampler import StepBatchSampler, StepLoader
+    from experiments.lm import goldfish, gpt
+    from experiments.lm.sampler import StepBatchSampler, StepLoader
 
     pl.seed_everything(SEED, verbose=False)
     net = gpt.build(args.model, data.vocab_size, args.seq_len)
@@ -138,7 +138,7 @@ def main() -> int:
     import pytorch_lightning as pl
     import torch
 
-    from experiments import lm_data
+    from experiments.lm import data as lm_data
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")

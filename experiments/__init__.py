@@ -1,7 +1,9 @@
 """Training code run inside the cluster jobs (torch and Lightning; never imported by the orchestrator).
 
-``data`` builds datasets by name, ``models`` builds networks by name, ``classifier``
-is the Lightning module that trains one, ``callbacks`` report ranks and time steps,
-``metrics`` writes the results file, ``plots`` logs per-step curves, and ``classify``
-is the command line that ties them together for the benchmark stage of dvc.yaml.
+One subpackage per experiment, each run as ``python -m experiments.<name>`` (its
+``__main__``; the command line itself is its ``cli``), and one for what they share:
+
+- ``classify``: the text-classification benchmark (the ``benchmark`` stage of dvc.yaml);
+- ``lm``: GPT-style causal language-model pretraining, optionally with the goldfish loss (the ``lm`` stage);
+- ``common``: the run skeleton both follow (``run``: requeue, resume, metrics, teardown) and its parts.
 """

@@ -111,7 +111,8 @@ def test_ci_definition_renders_with_quoted_values_and_blank_build_values():
     assert "org.orchestrator.content-hash -" in text and "org.orchestrator.git-commit -" in text
     assert "%test" in text and "import torch, pytorch_lightning, orchestrator, experiments" in text
     dests = [i.dest for i in prepared.inputs]
-    assert "src/pyproject.toml" in dests and "src/orchestrator/containers/build.py" in dests and "src/experiments/classify.py" in dests
+    assert "src/pyproject.toml" in dests and "src/orchestrator/containers/build.py" in dests
+    assert "src/experiments/classify/__main__.py" in dests
     assert not [d for d in dests if "__pycache__" in d or d.endswith(".pyc")]
     if prepared.variables["torch_wheel"]:  # this machine has the wheel: copied in, no CUDA download
         assert '"/build-context/wheels/torch-2.13.0' in text and "--find-links /opt/orchestrator/wheels" in text

@@ -144,10 +144,10 @@ def test_bad_site_values_are_reported(tmp_path):
     assert "site.pue 0.9" in err.value.render() and "carbon_intensity_g_per_kwh -1" in err.value.render()
 
 
-# --- the power callback (experiments/power.py) with fake sensors -----------------------------
+# --- the power callback (experiments/common/power.py) with fake sensors -----------------------------
 
 
-power = pytest.importorskip("experiments.power", reason="experiments/power.py needs torch and pytorch_lightning")
+power = pytest.importorskip("experiments.common.power", reason="experiments/common/power.py needs torch and pytorch_lightning")
 
 
 class Clock:

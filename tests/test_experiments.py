@@ -6,8 +6,10 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,12 +46,42 @@ def require_training() -> None:
         skip_or_fail(f"{', '.join(missing)} not installed (pip install -e '.[train]')")
 
 
+def isolated(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    """Runs of an experiment's main in this process, in tmp_path, leaving the process as they found it (a fixture's body)."""
+    require_training()
+    import torch
+
+    monkeypatch.chdir(tmp_path)  # outside any Git or DVC project, for DVCLive
+    for name in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    environ = dict(os.environ)
+    handler = signal.getsignal(signal.SIGUSR1)
+    yield tmp_path
+    torch.use_deterministic_algorithms(deterministic)
+    os.environ.clear()
+    os.environ.update(environ)  # seed_everything leaves PL_GLOBAL_SEED behind
+    signal.signal(signal.SIGUSR1, handler)
+
+
+def signal_at(step: int):
+    """A callback that sends this process the requeue signal after ``step`` steps, as Slurm does before the time limit."""
+    import pytorch_lightning as pl
+
+    class SignalAt(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == step:
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+    return SignalAt()
+
+
 # --- registries -------------------------------------------------------------
 
 
 def test_unknown_dataset_lists_the_valid_ones():
     require_training()
-    from experiments import data
+    from experiments.classify import data
 
     with pytest.raises(ValueError, match=r"unknown dataset 'nope'; valid datasets: .*pydoc-topics"):
         data.load("nope")
@@ -57,7 +89,7 @@ def test_unknown_dataset_lists_the_valid_ones():
 
 def test_unknown_model_lists_the_valid_ones():
     require_training()
-    from experiments import models
+    from experiments.classify import models
 
     with pytest.raises(ValueError, match=r"unknown model 'huge'; valid models: tiny, small, base"):
         models.build("huge", vocab_size=256, seq_len=128, num_classes=8)
@@ -66,7 +98,7 @@ def test_unknown_model_lists_the_valid_ones():
 def test_flops_per_sample_counts_the_real_networks_matmul_weights():
     """The FLOP count's weights are the real encoder's: q, k, v, output and feed-forward matrices."""
     require_training()
-    from experiments import models
+    from experiments.classify import models
 
     for name in models.names():
         config = models.config(name)
@@ -81,7 +113,7 @@ def test_flops_per_sample_counts_the_real_networks_matmul_weights():
 
 def test_a_bad_peak_stops_the_classifier_before_it_starts(monkeypatch, capsys):
     require_training()
-    from experiments import classify
+    from experiments.classify import cli as classify
 
     monkeypatch.setenv("ORCH_PEAK_TFLOPS", "fast")
     with pytest.raises(SystemExit) as stop:
@@ -94,7 +126,7 @@ def test_pydoc_topics_is_deterministic_balanced_and_split():
     require_training()
     import torch
 
-    from experiments import data
+    from experiments.classify import data
 
     first, second = data.load("pydoc-topics"), data.load("pydoc-topics")
     assert first.fingerprint == second.fingerprint
@@ -114,7 +146,7 @@ def test_models_build_and_grow_with_their_size():
     require_training()
     import torch
 
-    from experiments import models
+    from experiments.classify import models
 
     sizes = []
     for name in models.names():
@@ -216,7 +248,8 @@ def test_ddp_run_on_two_processes(runs):
     for rank in (0, 1):
         # The whole stdout in the message: one CI run missed a rank's line and the log was gone.
         expected = f"rank {rank}/2 env=LightningEnvironment node_rank=0 local_rank={rank} cpus="
-        assert any(line.startswith(expected) for line in lines), f"no {expected!r} line in stdout:\n{run.stdout}\nstderr tail:\n{run.stderr[-3000:]}"
+        found = any(line.startswith(expected) for line in lines)
+        assert found, f"no {expected!r} line in stdout:\n{run.stdout}\nstderr tail:\n{run.stderr[-3000:]}"
     assert sum(line.startswith("cluster_environment=LightningEnvironment world_size=2 global_rank=0 ") for line in lines) == 1
 
 
@@ -250,3 +283,36 @@ def test_unknown_model_on_the_command_line(runs):
     assert run.returncode == 2
     assert "invalid choice: 'huge'" in run.stderr and "'tiny', 'small', 'base'" in run.stderr
     assert not run.output.exists()
+
+
+# --- the requeue signal, in this process ---------------------------------------
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch):
+    yield from isolated(tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_a_signal_in_the_last_step_finishes_the_run(in_process, monkeypatch):
+    """As for the LM (tests/test_lm.py): nothing is left to resume, so the run ends normally, writes its results
+    and tells the job script not to requeue, instead of exiting 75 to be run again for nothing."""
+    import pytorch_lightning as pl
+    import torch
+
+    from experiments.classify import cli as classify
+
+    marker = in_process / "requeue-marker"
+    monkeypatch.setenv("ORCH_REQUEUE_MARKER", str(marker))
+    checkpointed = []
+
+    class Spy(pl.Callback):
+        def on_train_end(self, trainer, pl_module):
+            checkpointed.append(marker.exists())  # the signal was acted on
+
+    argv = ["--model", "tiny", "--accelerator", "cpu", "--max-steps", "3", "--batch-size", "8", "--output", "out"]
+    classify.main(argv, callbacks=[signal_at(3), Spy()])
+    assert checkpointed == [True]
+    assert json.loads((in_process / "out" / "metrics.json").read_text())["val_loss"] > 0
+    assert not (in_process / "out" / "model" / "requeue.ckpt").exists() and not marker.exists()
+    assert torch.load(in_process / "out" / "model" / "model.ckpt", map_location="cpu", weights_only=True)["global_step"] == 3

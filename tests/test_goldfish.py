@@ -1,4 +1,4 @@
-"""The goldfish loss (experiments/goldfish.py): which tokens it drops, and that it drops nothing else."""
+"""The goldfish loss (experiments/lm/goldfish.py): which tokens it drops, and that it drops nothing else."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _tokens(rows: int, seq: int, vocab: int = 512, seed: int = 0):
 @pytest.mark.parametrize("k", [2, 4, 16])
 def test_drops_about_one_in_k_and_never_the_first_h(k):
     require_training()
-    from experiments import goldfish
+    from experiments.lm import goldfish
 
     kept = goldfish.mask(_tokens(64, 512), k, H)
     assert kept.dtype.is_floating_point is False and kept.shape == (64, 512)
@@ -43,7 +43,7 @@ def test_decision_depends_only_on_the_h_tokens_before(tokens, k, h):
     require_training()
     import torch
 
-    from experiments import goldfish
+    from experiments.lm import goldfish
 
     sequence = torch.tensor(tokens)
     kept = goldfish.mask(sequence, k, h)
@@ -57,7 +57,7 @@ def test_decision_depends_only_on_the_h_tokens_before(tokens, k, h):
 
 def test_a_changed_token_moves_only_the_next_h_decisions():
     require_training()
-    from experiments import goldfish
+    from experiments.lm import goldfish
 
     tokens = _tokens(1, 400)
     changed = tokens.clone()
@@ -71,14 +71,14 @@ def test_same_mask_for_a_row_in_any_batch_and_in_another_process():
     require_training()
     import torch
 
-    from experiments import goldfish
+    from experiments.lm import goldfish
 
     tokens = _tokens(8, 300)
     batch = goldfish.mask(tokens, 5, H)
     assert torch.equal(batch, torch.stack([goldfish.mask(row, 5, H) for row in tokens]))
     assert torch.equal(batch, goldfish.mask(tokens.flip(0), 5, H).flip(0))
     code = (
-        "import torch; from experiments import goldfish;"
+        "import torch; from experiments.lm import goldfish;"
         "t = torch.randint(0, 512, (8, 300), generator=torch.Generator().manual_seed(0));"
         "print(''.join('1' if x else '0' for x in goldfish.mask(t, 5, 13).flatten().tolist()))"
     )
@@ -91,7 +91,7 @@ def test_loss_counts_exactly_the_kept_tokens():
     import torch
     import torch.nn.functional as F
 
-    from experiments import goldfish
+    from experiments.lm import goldfish
 
     targets = _tokens(4, 64, vocab=32)
     logits = torch.randn(4, 64, 32, generator=torch.Generator().manual_seed(1), requires_grad=True)
@@ -111,7 +111,7 @@ def test_disabled_loss_is_the_plain_cross_entropy(k):
     import torch
     import torch.nn.functional as F
 
-    from experiments import goldfish
+    from experiments.lm import goldfish
 
     targets = _tokens(4, 64, vocab=32)
     logits = torch.randn(4, 64, 32, generator=torch.Generator().manual_seed(1))
@@ -122,7 +122,7 @@ def test_disabled_loss_is_the_plain_cross_entropy(k):
 @pytest.mark.parametrize(("k", "h", "match"), [(1, H, "at least 2"), (-3, H, "at least 2"), (4, 0, "at least 1 token")])
 def test_settings_that_make_no_goldfish_loss_are_refused(k, h, match):
     require_training()
-    from experiments import goldfish
+    from experiments.lm import goldfish
 
     with pytest.raises(ValueError, match=match):
         goldfish.mask(_tokens(1, 40), k, h)

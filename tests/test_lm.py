@@ -1,4 +1,4 @@
-"""The language-model experiment (experiments/lm.py and its modules): model, data, order, metrics, runs and resume."""
+"""The language-model experiment (experiments/lm/): model, data, order, metrics, runs and resume."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from test_experiments import require_training
+from test_experiments import isolated, require_training, signal_at
 
 REQUIRED_METRICS = {
     "train_loss",
@@ -44,7 +44,7 @@ def test_sizes_by_name_and_their_parameter_counts():
     require_training()
     import torch
 
-    from experiments import gpt
+    from experiments.lm import gpt
 
     assert gpt.names() == ["tiny", "small", "medium", "large"]
     assert gpt.config("medium") == gpt.GPTConfig(n_layers=24, d_model=1024, n_heads=16)
@@ -64,7 +64,7 @@ def test_output_is_tied_to_the_embedding_and_causal():
     require_training()
     import torch
 
-    from experiments import gpt
+    from experiments.lm import gpt
 
     torch.manual_seed(0)
     net = gpt.build("tiny", vocab_size=64, seq_len=16)
@@ -84,7 +84,7 @@ def test_output_is_tied_to_the_embedding_and_causal():
 
 def test_flops_per_token_is_6n_plus_attention():
     require_training()
-    from experiments import gpt
+    from experiments.lm import gpt
 
     config = gpt.config("medium")
     n = gpt.parameters(config, 512, 2048) - 2048 * 1024  # without the position table
@@ -97,7 +97,7 @@ TEXT = "".join(f"Line {i}: the quick brown fox jumps over the lazy dog, again an
 
 
 def _load(source: Path | str, tokenizer: str = "bytes", **kwargs):
-    from experiments import lm_data
+    from experiments.lm import data as lm_data
 
     return lm_data.load(str(source), seq_len=32, tokenizer=tokenizer, **kwargs)
 
@@ -164,7 +164,7 @@ def test_saved_datasets_folders_read_their_text_column(tmp_path, monkeypatch):
 
     import torch
 
-    from experiments.lm_data import DataError
+    from experiments.lm.data import DataError
 
     saved = {}
 
@@ -191,7 +191,7 @@ def test_saved_datasets_folders_read_their_text_column(tmp_path, monkeypatch):
 
 def test_missing_readers_and_bad_files_are_clear_errors(tmp_path, monkeypatch):
     require_training()
-    from experiments.lm_data import DataError
+    from experiments.lm.data import DataError
 
     (tmp_path / "d.parquet").write_bytes(b"PAR1")
     saved = tmp_path / "saved"
@@ -232,7 +232,7 @@ def test_pydoc_topics_bpe_is_deterministic_cached_and_split(tmp_path):
     assert fresh.fingerprint == first.fingerprint
     assert int(first.train.max()) < 512
     # The split is of text blocks: each block in exactly one split, a tenth for validation.
-    from experiments import lm_data
+    from experiments.lm import data as lm_data
 
     texts = lm_data.read_texts("pydoc-topics")
     train, val = lm_data.split(texts)
@@ -250,7 +250,7 @@ def test_pydoc_topics_bpe_is_deterministic_cached_and_split(tmp_path):
 
 def test_order_is_a_function_of_the_step_sharded_by_rank():
     require_training()
-    from experiments.sampler import StepBatchSampler
+    from experiments.lm.sampler import StepBatchSampler
 
     def sampler(batch, rank, world, start=0, seed=7):
         return StepBatchSampler(num_items=10, batch_size=batch, rank=rank, world_size=world, seed=seed, start_step=start, steps=6)
@@ -271,7 +271,7 @@ def test_loader_refuses_a_checkpoint_of_another_order():
     require_training()
     import torch
 
-    from experiments.sampler import StepBatchSampler, StepLoader
+    from experiments.lm.sampler import StepBatchSampler, StepLoader
 
     loader = StepLoader(torch.zeros(10, 3), StepBatchSampler(10, 2, 0, 2, seed=1, start_step=0, steps=5))
     state = loader.state_dict()
@@ -288,7 +288,7 @@ def test_data_wait_share_is_the_gap_between_steps(monkeypatch):
     require_training()
     from types import SimpleNamespace
 
-    from experiments import datawait
+    from experiments.common import datawait
 
     # Read once per hook (not at the end of the warm-up step): steps of 1 s, gaps of 0.5, 0.1 and 0.9 s.
     clock = iter([0.0, 1.0, 2.0, 2.5, 3.5, 3.6, 4.6, 5.5, 6.5]).__next__
@@ -304,7 +304,7 @@ def test_data_wait_share_is_the_gap_between_steps(monkeypatch):
 
 def test_peak_comes_from_the_environment_or_a_stated_estimate(monkeypatch):
     require_training()
-    from experiments import peak
+    from experiments.common import peak
 
     monkeypatch.setenv("ORCH_PEAK_TFLOPS", "989")
     assert peak.job_peak("gpu", 4, cpus=64) == (989e12 * 4, "ORCH_PEAK_TFLOPS=989 per device x 4 devices")
@@ -325,22 +325,9 @@ def test_peak_comes_from_the_environment_or_a_stated_estimate(monkeypatch):
 
 @pytest.fixture
 def in_process(tmp_path, monkeypatch):
-    """Runs of lm.main in this process, in tmp_path, leaving the process as they found it."""
-    require_training()
-    import torch
-
-    monkeypatch.chdir(tmp_path)  # outside any Git or DVC project, for DVCLive
+    """Runs of lm.main in this process, in tmp_path with corpus.txt, leaving the process as they found it."""
     (tmp_path / "corpus.txt").write_text(TEXT)  # small: a short validation
-    for name in [k for k in os.environ if k.startswith("SLURM_")]:
-        monkeypatch.delenv(name)
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    environ = dict(os.environ)
-    handler = signal.getsignal(signal.SIGUSR1)
-    yield tmp_path
-    torch.use_deterministic_algorithms(deterministic)
-    os.environ.clear()
-    os.environ.update(environ)  # seed_everything leaves PL_GLOBAL_SEED behind
-    signal.signal(signal.SIGUSR1, handler)
+    yield from isolated(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -359,7 +346,7 @@ def in_process(tmp_path, monkeypatch):
 def test_bad_input_is_a_usage_error_before_anything_starts(in_process, capsys, argv, fragments):
     import torch
 
-    from experiments import lm
+    from experiments.lm import cli as lm
 
     with pytest.raises(SystemExit) as exit:
         lm.main(["--output", "out", *argv])
@@ -371,24 +358,12 @@ def test_bad_input_is_a_usage_error_before_anything_starts(in_process, capsys, a
 
 
 def test_all_problems_are_named_at_once(in_process, capsys):
-    from experiments import lm
+    from experiments.lm import cli as lm
 
     with pytest.raises(SystemExit):
         lm.main(["--output", "out", "--data", "nope", "--goldfish-k", "1", "--devices", "2", "--global-batch-size", "3"])
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--data nope" in last and "goldfish k" in last and "--global-batch-size 3" in last
-
-
-def signal_at(step: int):
-    """A callback that sends this process the requeue signal after ``step`` steps, as Slurm does before the time limit."""
-    import pytorch_lightning as pl
-
-    class SignalAt(pl.Callback):
-        def on_train_batch_end(self, trainer, *args):
-            if trainer.global_step == step:
-                os.kill(os.getpid(), signal.SIGUSR1)
-
-    return SignalAt()
 
 
 def _weights(output: Path) -> dict:
@@ -402,7 +377,7 @@ def test_interrupted_and_resumed_run_ends_with_the_same_weights(in_process):
     """With the goldfish loss on: its mask, too, must be the same after the resume."""
     import torch
 
-    from experiments import lm
+    from experiments.lm import cli as lm
 
     argv = [*SHORT, "--data", "corpus.txt", "--max-steps", "8", "--batch-size", "4", "--seed", "3", "--goldfish-k", "4"]
     lm.main([*argv, "--output", "whole"])
@@ -428,7 +403,7 @@ def test_a_signal_in_the_last_step_finishes_the_run(in_process, monkeypatch):
     """Nothing is left to resume: the run ends normally and tells the job script not to requeue."""
     import pytorch_lightning as pl
 
-    from experiments import lm
+    from experiments.lm import cli as lm
 
     marker = in_process / "requeue-marker"
     monkeypatch.setenv("ORCH_REQUEUE_MARKER", str(marker))
@@ -450,7 +425,8 @@ def test_a_signal_while_the_data_loads_stops_the_run_after_its_first_step(in_pro
     """Before the trainer exists the signal is noted too (it used to be lost until set-up, and the job ran into its limit)."""
     import torch
 
-    from experiments import lm, lm_data
+    from experiments.lm import cli as lm
+    from experiments.lm import data as lm_data
 
     load = lm_data.load
 
@@ -471,7 +447,8 @@ def test_resuming_from_the_first_batch_would_be_caught(in_process, monkeypatch):
     """The control for the test above: restart the order at step 0 on resume, and the weights differ."""
     import torch
 
-    from experiments import lm, sampler
+    from experiments.lm import cli as lm
+    from experiments.lm import sampler
 
     argv = [*SHORT, "--data", "corpus.txt", "--max-steps", "4", "--batch-size", "4", "--seed", "3"]
     lm.main([*argv, "--output", "whole"])

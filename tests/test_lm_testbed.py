@@ -1,4 +1,4 @@
-"""Acceptance tests of the LM experiment (experiments/lm.py) on the real Slurm testbed,
+"""Acceptance tests of the LM experiment (experiments/lm/) on the real Slurm testbed,
 through the shipped pipeline's `lm` stage: `dvc repro` -> `orchestrator run` -> sbatch.
 
 1. Two nodes x two tasks (gloo over loopback) end with the weights and losses of one

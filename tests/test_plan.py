@@ -116,7 +116,7 @@ def test_the_training_and_the_scripts_agree_on_the_requeue_exit_status():
 
     if importlib.util.find_spec("pytorch_lightning") is None:
         skip_or_fail("pytorch_lightning is not installed")
-    from experiments.requeue import REQUEUE_EXIT as training
+    from experiments.common.requeue import REQUEUE_EXIT as training
     from orchestrator.scripts.plan import REQUEUE_EXIT as scripts
 
     assert training == scripts == 75

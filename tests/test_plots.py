@@ -1,4 +1,4 @@
-"""The per-step curves' logger (experiments/plots.py): buffered writes in DVCLive's format, and curves kept across a resume."""
+"""The per-step curves' logger (experiments/common/plots.py): buffered writes in DVCLive's format, and curves kept across a resume."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from test_experiments import require_training
 def plots(tmp_path, monkeypatch):
     require_training()
     monkeypatch.chdir(tmp_path)  # DVCLive outside any Git or DVC project
-    from experiments import plots
+    from experiments.common import plots
 
     return plots
 
@@ -112,12 +112,12 @@ class _Recorder:
 
 @pytest.mark.parametrize(("every", "max_steps", "logged"), [(1, 4, [0, 1, 2, 3]), (2, 7, [1, 3, 5, 6]), (5, 5, [4])])
 def test_log_step_logs_on_lightnings_cadence_and_the_last_step(plots, every, max_steps, logged):
-    """experiments.callbacks.log_step: the steps Lightning would log (every n-th, counted from 1) and always the last."""
+    """experiments.common.callbacks.log_step: the steps Lightning would log (every n-th, counted from 1) and always the last."""
     from types import SimpleNamespace
 
     import torch
 
-    from experiments.callbacks import log_step
+    from experiments.common.callbacks import log_step
 
     recorder = _Recorder()
     trainer = SimpleNamespace(global_step=0, log_every_n_steps=every, max_steps=max_steps)

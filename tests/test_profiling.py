@@ -1,4 +1,5 @@
-"""The profiler window of the experiments (experiments/profiling.py) and the two-run operator comparison (orchestrator/analysis/opdiff.py)."""
+"""The profiler window of the experiments (experiments/common/profiling.py) and the two-run operator comparison
+(orchestrator/analysis/opdiff.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ CATEGORIES = ["kernel", "memcpy", "memset", "communication", "runtime", "data_lo
 @pytest.fixture
 def profiling():
     require_training()  # the module is a Lightning callback; its pure helpers need no torch to run
-    from experiments import profiling
+    from experiments.common import profiling
 
     return profiling
 
@@ -33,7 +34,9 @@ def _ev(profiling, name, kind, start, end):
 
 
 def test_each_instant_goes_to_the_highest_priority_category(profiling):
-    e = lambda *a: _ev(profiling, *a)
+    def e(*a):
+        return _ev(profiling, *a)
+
     events = [
         e("ProfilerStep#3", "user_annotation", 0, 1000),
         e("ProfilerStep#4", "user_annotation", 1000, 2000),
@@ -74,7 +77,9 @@ def test_each_instant_goes_to_the_highest_priority_category(profiling):
 
 
 def test_device_work_after_the_last_host_step_still_counts(profiling):
-    e = lambda *a: _ev(profiling, *a)
+    def e(*a):
+        return _ev(profiling, *a)
+
     events = [e("ProfilerStep#1", "user_annotation", 0, 100), e("sgemm", "kernel", 80, 300), e("sgemm", "kernel", 400, 500)]
     result = profiling.breakdown(events)  # the window runs to 300: the kernel started inside the step; the later one did not
     assert result.step_ms == pytest.approx(0.3)
@@ -150,7 +155,7 @@ def test_bad_profile_options_stop_before_anything_starts(module, argv, fragment,
 
     import torch
 
-    experiment = importlib.import_module(f"experiments.{module}")
+    experiment = importlib.import_module(f"experiments.{module}.cli")
     with pytest.raises(SystemExit) as exit:
         experiment.main(["--output", "never-made", "--accelerator", "cpu", *argv])
     assert exit.value.code == 2
@@ -325,7 +330,10 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_the_comparison_stays_off_torch_and_is_listed():
-    code = "import sys, orchestrator.cli, orchestrator.analysis.opdiff, orchestrator.cli.profile_diff; print(sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'numpy', 'rich') if m in sys.modules))"
+    code = (
+        "import sys, orchestrator.cli, orchestrator.analysis.opdiff, orchestrator.cli.profile_diff; "
+        "print(sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'numpy', 'rich') if m in sys.modules))"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
     result = CliRunner().invoke(cli_main, ["--help"])
     assert "profile-diff" in result.output

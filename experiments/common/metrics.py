@@ -30,7 +30,7 @@ def throughput(unit: str, per_second: float, flops_per_unit: float, world_size: 
     """A run's speed and model FLOPs utilisation, keyed by ``unit`` (``token``: tokens_per_second, flops_per_token, ...).
 
     ``per_second``: units of the whole job per second; ``peak``: the job's peak
-    FLOP/s and where it comes from (experiments.peak.job_peak). MFU is None when
+    FLOP/s and where it comes from (experiments.common.peak.job_peak). MFU is None when
     there is no peak to divide by, never a guess.
     """
     job_peak, source = peak
@@ -44,4 +44,3 @@ def throughput(unit: str, per_second: float, flops_per_unit: float, world_size: 
         "mfu_peak_source": source,
         "peak_tflops_per_device": job_peak / world_size / 1e12 if job_peak else None,
     }
-

@@ -2,7 +2,7 @@
 
 Lightning asks after it has restored a checkpoint and set up the process group,
 so the training order can start at the restored global step on this rank's slice
-(see :mod:`experiments.sampler`). Lightning must not add its own distributed
+(see :mod:`experiments.lm.sampler`). Lightning must not add its own distributed
 sampler (``use_distributed_sampler=False`` in the trainer): the order shards itself.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader, DistributedSampler
 
-from experiments.lm_data import LMData
-from experiments.sampler import StepBatchSampler, StepLoader
+from experiments.lm.data import LMData
+from experiments.lm.sampler import StepBatchSampler, StepLoader
 
 
 class LMDataModule(pl.LightningDataModule):

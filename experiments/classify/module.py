@@ -6,8 +6,8 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from experiments import models
-from experiments.callbacks import log_step
+from experiments.classify import models
+from experiments.common.callbacks import log_step
 
 
 class TextClassifier(pl.LightningModule):

@@ -13,7 +13,7 @@ class DataWait(pl.Callback):
     That gap is where Lightning fetches the next batch from the loader (and moves
     it to the device), plus its own bookkeeping between steps; the steps are the
     time from ``on_train_batch_start`` to ``on_train_batch_end``. Counted after
-    ``warmup_steps``, like :class:`~experiments.callbacks.StepTimer`. Put it last in
+    ``warmup_steps``, like :class:`~experiments.common.callbacks.StepTimer`. Put it last in
     the trainer's callbacks, so that the other callbacks' batch-end work (e.g. the
     requeue check's all-reduce) counts as step time, not as waiting.
 

@@ -80,4 +80,3 @@ def flops_per_sample(config: ModelConfig, seq_len: int, num_classes: int) -> int
     """
     per_token = 6 * matmul_parameters(config) + 12 * config.n_layers * config.d_model * seq_len
     return seq_len * per_token + 6 * config.d_model * num_classes
-

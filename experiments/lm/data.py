@@ -1,7 +1,7 @@
 """Language-model data: text from local files or CPython's help topics, split, tokenised and packed.
 
 Sources (``--data``): ``pydoc-topics`` (the text of ``pydoc_data.topics``, shipped
-with CPython, as in :mod:`experiments.data`); a ``.txt`` file; a ``.jsonl`` file
+with CPython, as in :mod:`experiments.classify.data`); a ``.txt`` file; a ``.jsonl`` file
 (a ``text`` field per line); a ``.parquet`` file (a ``text`` column; needs
 pyarrow); a folder written by Hugging Face ``datasets``' ``save_to_disk`` (needs
 ``datasets``); or a folder of .txt/.jsonl/.parquet files, read in path order.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from experiments import tokenizer as tokenizers
+from experiments.lm import tokenizer as tokenizers
 
 DEFAULT_SOURCE = "pydoc-topics"
 TEXT_FIELD = "text"

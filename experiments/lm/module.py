@@ -6,8 +6,8 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from experiments import goldfish, gpt
-from experiments.callbacks import log_step
+from experiments.common.callbacks import log_step
+from experiments.lm import goldfish, gpt
 
 
 class CausalLM(pl.LightningModule):

@@ -10,7 +10,7 @@ Two changes to DVCLive's logger, both for what a training run needs:
   curve's rows in one append. DVCLive writes every point as it comes (an open,
   append and close per curve, then metrics.json): 0.7 ms per logged step here,
   about 1% of the tiny LM's CPU step (benchmarks/lightning_overhead.py); here
-  0.06 ms. Values may stay tensors until then (experiments.callbacks.log_step).
+  0.06 ms. Values may stay tensors until then (experiments.common.callbacks.log_step).
 - A resumed run keeps the curves it had. DVCLive would delete them (its
   ``resume`` would keep them but also keep points past the checkpoint, which the
   resumed run logs again). Here the first point a run writes drops every
@@ -74,7 +74,7 @@ class PlotsLogger(DVCLiveLogger):
             live.step = step
             for key, value in metrics.items():
                 name = standardize_metric_name(key, "dvclive.lightning")
-                # Tensors (from experiments.callbacks.log_step) are read only now: on GPUs one sync per flush.
+                # Tensors (from experiments.common.callbacks.log_step) are read only now: on GPUs one sync per flush.
                 number = value.item() if hasattr(value, "item") else value
                 live.log_metric(name, number, plot=False)  # the summary (metrics.json) and DVCLive's checks
                 rows[name].append((step, _plain(number)))

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from experiments import metrics
+from experiments.common import metrics
 
 # Highest priority first: an instant where a kernel runs on the device is kernel
 # time whatever the host does meanwhile (the TensorBoard plugin's ProfileRole order).
@@ -94,7 +94,8 @@ def problems(args: argparse.Namespace) -> list[str]:
     if args.profile_steps is not None and args.profile_steps.end > args.max_steps:
         window = args.profile_steps
         found.append(
-            f"--profile-steps {window} needs steps up to {window.end - 1}, but --max-steps {args.max_steps} runs steps 0 to {args.max_steps - 1}"
+            f"--profile-steps {window} needs steps up to {window.end - 1}, "
+            f"but --max-steps {args.max_steps} runs steps 0 to {args.max_steps - 1}"
         )
     if args.profile_trace and args.profile_steps is None:
         found.append("--profile-trace needs --profile-steps START:COUNT")

@@ -10,7 +10,7 @@ import time
 import pytorch_lightning as pl
 import torch
 
-from experiments import peak
+from experiments.common import peak
 
 
 def cluster_environment(trainer: pl.Trainer) -> str:
@@ -38,7 +38,7 @@ def layout_metrics(trainer: pl.Trainer, args, accelerator: str, precision: str) 
 
 
 def job_resources(trainer: pl.Trainer) -> tuple[int, int]:
-    """The job's CPUs (:func:`experiments.peak.job_cpus`) and its peak memory, the
+    """The job's CPUs (:func:`experiments.common.peak.job_cpus`) and its peak memory, the
     largest over the ranks, in bytes. Collectives: every rank must call it."""
     device = trainer.strategy.root_device
     memory = trainer.strategy.reduce(torch.tensor(float(peak.peak_memory_bytes(device)), device=device), reduce_op="max")
@@ -77,12 +77,18 @@ class RankReport(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         env = cluster_environment(trainer)
         if trainer.is_global_zero:
-            print(f"cluster_environment={env} world_size={trainer.world_size} global_rank=0 {self.headline}", flush=True)
-        print(
+            _print_line(f"cluster_environment={env} world_size={trainer.world_size} global_rank=0 {self.headline}")
+        _print_line(
             f"rank {trainer.global_rank}/{trainer.world_size} env={env} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
-            f"cpus={','.join(map(str, sorted(os.sched_getaffinity(0))))} host={socket.gethostname()} node={os.environ.get('SLURMD_NODENAME', '-')}",
-            flush=True,
+            f"cpus={','.join(map(str, sorted(os.sched_getaffinity(0))))} host={socket.gethostname()} "
+            f"node={os.environ.get('SLURMD_NODENAME', '-')}"
         )
+
+
+def _print_line(line: str) -> None:
+    """``line`` and its newline in one write: the ranks of a node share one stdout, and under PYTHONUNBUFFERED
+    print's two writes (text, then newline) from two ranks interleave into one line with another's."""
+    print(line + "\n", end="", flush=True)
 
 
 class StepTimer(pl.Callback):

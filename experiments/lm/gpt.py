@@ -61,7 +61,7 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN: x + attn(ln(x)), then x + mlp(ln(x)). Also FSDP's unit of sharding (see lm.py)."""
+    """Pre-LN: x + attn(ln(x)), then x + mlp(ln(x)). Also FSDP's unit of sharding (see experiments.lm.cli)."""
 
     def __init__(self, config: GPTConfig):
         super().__init__()

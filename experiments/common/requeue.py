@@ -19,7 +19,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-REQUEUE_EXIT = 75  # EX_TEMPFAIL; equals orchestrator.plan.REQUEUE_EXIT, which the job scripts test
+REQUEUE_EXIT = 75  # EX_TEMPFAIL; equals orchestrator.scripts.plan.REQUEUE_EXIT, which the job scripts test
 
 
 class CheckpointOnSignal(pl.Callback):

@@ -1,0 +1,150 @@
+"""Pretrain a GPT-style causal language model with PyTorch Lightning, optionally with the goldfish loss.
+
+Writes into --output: model/model.ckpt (the final weights) and, with the BPE
+tokeniser, model/tokenizer/ (trained on the run's text; needed to read the model's
+tokens); metrics.json (losses, perplexity, throughput, MFU, memory, data wait,
+layout); dvclive/ (per-step curves for ``dvc plots``). On the requeue signal it
+writes model/requeue.ckpt and exits 75; run again, it resumes from there and ends
+with the weights an uninterrupted run would have (fixed seed, deterministic CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from experiments.common import peak, profiling
+from experiments.common.args import positive, resolve_device
+from experiments.common.run import Run
+from experiments.common.run import build_trainer as common_trainer
+from experiments.lm import data as lm_data
+from experiments.lm import goldfish, gpt, tokenizer
+from experiments.lm.datamodule import LMDataModule
+from experiments.lm.module import CausalLM
+
+STRATEGIES = ("auto", "ddp", "fsdp")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m experiments.lm", description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=lm_data.DEFAULT_SOURCE, help=f"text to train on: {lm_data.VALID_SOURCES}")
+    parser.add_argument("--model", choices=gpt.names(), default="tiny")
+    parser.add_argument("--num-nodes", type=positive, default=1)
+    parser.add_argument("--devices", type=positive, default=1, help="processes per node: GPUs, or CPU processes")
+    parser.add_argument("--max-steps", type=positive, default=30)
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument("--batch-size", type=positive, help="sequences per device (default 8)")
+    batch.add_argument("--global-batch-size", type=positive, help="sequences per step over all devices; must divide across them")
+    parser.add_argument("--seq-len", type=positive, default=128, help="tokens per sequence")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--output", type=Path, required=True, help="directory for model/, metrics.json and dvclive/")
+    parser.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), default="auto")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="auto", help="auto: DDP on more than one device")
+    parser.add_argument("--precision", help="a Lightning precision; default bf16-mixed on GPU, 32-true on CPU")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--goldfish-k", type=int, default=0, help="leave about 1 in k tokens out of the loss; 0: plain loss")
+    parser.add_argument("--goldfish-h", type=int, default=goldfish.DEFAULT_H, help="tokens of context the goldfish hash reads")
+    parser.add_argument("--tokenizer", choices=tokenizer.KINDS, default="auto", help="auto: BPE when `tokenizers` is installed, else bytes")
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (the data is in memory)")
+    profiling.add_options(parser)
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse and check everything that can be checked before any process or file is made; exit 2 on a problem.
+
+    All problems at once, on one line. On success ``batch_size`` is per device,
+    ``accelerator`` is cpu or gpu, and ``precision`` is set.
+    """
+    args = parser.parse_args(argv)
+    resolve_device(args)
+    world_size = args.num_nodes * args.devices
+    problems = []
+    for check in (lambda: lm_data.check_source(args.data), lambda: goldfish.check(args.goldfish_k, args.goldfish_h), peak.env_peak):
+        try:
+            check()
+        except ValueError as e:
+            problems.append(str(e))
+    if args.tokenizer == "bpe" and not tokenizer.bpe_available():
+        problems.append("--tokenizer bpe needs the tokenizers package (pip install tokenizers); valid without it: auto, bytes")
+    if args.strategy == "fsdp" and args.accelerator != "gpu":
+        problems.append("--strategy fsdp needs GPUs (Lightning runs FSDP on CUDA only); valid on CPU: auto, ddp")
+    if args.global_batch_size is not None:
+        if args.global_batch_size % world_size:
+            problems.append(
+                f"--global-batch-size {args.global_batch_size} does not divide across {world_size} devices "
+                f"(--num-nodes {args.num_nodes} x --devices {args.devices}); give a multiple of {world_size}"
+            )
+        args.batch_size = args.global_batch_size // world_size
+    elif args.batch_size is None:
+        args.batch_size = 8
+    problems += profiling.problems(args)
+    if problems:
+        parser.error("; ".join(problems))
+    return args
+
+
+def _strategy(name: str, world_size: int):
+    if name == "fsdp":
+        from pytorch_lightning.strategies import FSDPStrategy
+
+        # One shard unit per block: each gathers its weights just before use and frees them after.
+        return FSDPStrategy(auto_wrap_policy={gpt.Block})
+    if name == "auto":
+        return "ddp" if world_size > 1 else "auto"  # on CPU, DDP over gloo
+    return name
+
+
+def build_trainer(args: argparse.Namespace, callbacks: Sequence[pl.Callback], logger) -> pl.Trainer:
+    """The trainer of a run (``args`` from :func:`parse_args`): also the benchmark's, so that it measures what runs."""
+    return common_trainer(
+        args,
+        callbacks,
+        logger,
+        strategy=_strategy(args.strategy, args.num_nodes * args.devices),
+        use_distributed_sampler=False,  # the training order shards itself (experiments.lm.sampler)
+    )
+
+
+def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = ()) -> None:
+    """``callbacks``: more Lightning callbacks, run before the run's own (the tests deliver the requeue signal with one)."""
+    parser = build_parser()
+    args = parse_args(parser, argv)
+    run = Run(args, callbacks)
+    try:
+        # Every process reads and tokenises the data itself: identical, and before any process group.
+        data = lm_data.load(args.data, args.seq_len, args.tokenizer, args.output / "model" / "tokenizer")
+    except ValueError as e:
+        parser.error(str(e))
+    module = CausalLM(args.model, data.vocab_size, args.seq_len, args.lr, args.goldfish_k or None, args.goldfish_h)
+    parameters = sum(p.numel() for p in module.parameters())
+    flops_per_token = gpt.flops_per_token(gpt.config(args.model), data.vocab_size, args.seq_len)
+    headline = (
+        f"num_nodes={args.num_nodes} devices={args.devices} accelerator={args.accelerator} precision={args.precision} "
+        f"strategy={args.strategy} data={args.data} tokenizer={data.tokenizer} model={args.model} parameters={parameters} "
+        f"batch_size={args.batch_size} seq_len={args.seq_len} goldfish_k={args.goldfish_k} max_steps={args.max_steps}"
+    )
+    trainer = build_trainer(args, run.callbacks(headline), run.logger())
+    run.fit(trainer, module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers))
+
+    def results(logged) -> dict:
+        return {
+            "val_perplexity": math.exp(logged["val_loss"].item()),
+            "seq_len": args.seq_len,
+            "strategy": args.strategy,
+            "data": args.data,
+            "data_fingerprint": data.fingerprint,
+            "train_tokens": data.train.numel(),
+            "tokenizer": data.tokenizer,
+            "vocab_size": data.vocab_size,
+            "goldfish_k": args.goldfish_k,
+            "goldfish_h": args.goldfish_h,
+        }
+
+    run.finish(
+        trainer, module, unit="token", units_per_item=args.seq_len, flops_per_unit=flops_per_token, parameters=parameters, results=results
+    )
