@@ -108,7 +108,8 @@ def main() -> int:
     for name, label in labels.items():
         print(f"{label:<44} {med[name]:>9.3f} {result[name]['min_s']:>8.3f}")
     print(
-        f"container start overhead per task: {result['exec_overhead_s']['true']:.3f} s (true), {result['exec_overhead_s']['python']:.3f} s (python)"
+        f"container start overhead per task: {result['exec_overhead_s']['true']:.3f} s (true), {result['exec_overhead_s']['python']:.3f} s "
+        "(python)"
     )
     print(f"image: {image} ({result['image_bytes'] / 2**20:.0f} MiB), {result['runtime']}")
     (HERE / "out").mkdir(exist_ok=True)

@@ -39,11 +39,13 @@ ITEMS = ["a", "b", "c", "d"]
 
 def project(where: Path, profile: str) -> Path:
     where.mkdir(parents=True)
-    (where / "params.yaml").write_text(yaml.safe_dump({"orchestrator": {"cluster": profile, "account": "project_465000858"}, "items": ITEMS}))
+    (where / "params.yaml").write_text(
+        yaml.safe_dump({"orchestrator": {"cluster": profile, "account": "project_465000858"}, "items": ITEMS})
+    )
     cmd = (
         "orchestrator run --nodes 1 --gpus-per-node 1 -- python -c "
-        "'import os, sys, time; time.sleep(float(os.environ[\"BENCH_SLEEP\"])); "
-        "os.makedirs(\"out\", exist_ok=True); open(\"out/${item.x}\", \"w\").write(\"done\")'"
+        '\'import os, sys, time; time.sleep(float(os.environ["BENCH_SLEEP"])); '
+        'os.makedirs("out", exist_ok=True); open("out/${item.x}", "w").write("done")\''
     )
     stage = {"matrix": {"x": "${items}"}, "cmd": cmd, "outs": [{"out/${item.x}": {"persist": True}}]}
     (where / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"work": stage}}, sort_keys=False))
@@ -66,7 +68,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="orch-detached-") as td:
         tmp = Path(td)
         srun_profile = tmp / "testbed-srun.yaml"
-        srun_profile.write_text((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text().replace("launcher: sbatch", "launcher: srun"))
+        srun_profile.write_text(
+            (ROOT / "orchestrator/config/profiles/testbed.yaml").read_text().replace("launcher: sbatch", "launcher: srun")
+        )
 
         blocking = project(tmp / "blocking", str(srun_profile))
         t0 = time.monotonic()
@@ -103,10 +107,23 @@ def main() -> int:
         failures.append(f"submit took {t_return:.1f} s to return")
     out = ROOT / "benchmarks" / "out"
     out.mkdir(exist_ok=True)
-    (out / "detached.json").write_text(json.dumps({
-        "items": len(ITEMS), "sleep_s": a.sleep, "blocking_s": t_blocking, "submit_returns_s": t_return,
-        "detached_s": t_detached, "ratio": ratio, "bound": MAX_RATIO, "failures": failures, "ok": not failures,
-    }, indent=2) + "\n")
+    (out / "detached.json").write_text(
+        json.dumps(
+            {
+                "items": len(ITEMS),
+                "sleep_s": a.sleep,
+                "blocking_s": t_blocking,
+                "submit_returns_s": t_return,
+                "detached_s": t_detached,
+                "ratio": ratio,
+                "bound": MAX_RATIO,
+                "failures": failures,
+                "ok": not failures,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print("\nPASS" if not failures else "\nFAIL:\n  " + "\n  ".join(failures))
     return 0 if not failures else 1
 

@@ -75,15 +75,33 @@ def lightning_side(args, data, workdir: Path) -> tuple[list[float], float]:
         def on_train_batch_end(self, *_):
             self.end = time.perf_counter()
 
-    argv = ["--output", str(workdir), "--accelerator", "cpu", "--model", args.model, "--max-steps", str(args.steps),
-            "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len), "--seed", str(SEED)]
+    argv = [
+        "--output",
+        str(workdir),
+        "--accelerator",
+        "cpu",
+        "--model",
+        args.model,
+        "--max-steps",
+        str(args.steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--seq-len",
+        str(args.seq_len),
+        "--seed",
+        str(SEED),
+    ]
     run = lm.parse_args(lm.build_parser(), argv)
     pl.seed_everything(SEED, verbose=False)
     module = CausalLM(args.model, data.vocab_size, args.seq_len, run.lr)
     stamps = Stamps()
     # The run's per-step callbacks, in its order (RankReport, which only prints at set-up, left out).
-    callbacks = [stamps, StepTimer(warmup_steps=args.warmup), CheckpointOnSignal(checkpoint_path(workdir / "model")),
-                 DataWait(warmup_steps=args.warmup)]
+    callbacks = [
+        stamps,
+        StepTimer(warmup_steps=args.warmup),
+        CheckpointOnSignal(checkpoint_path(workdir / "model")),
+        DataWait(warmup_steps=args.warmup),
+    ]
     logger = PlotsLogger(workdir / "dvclive")
     flushes = []  # the logger writes its buffered points outside the steps (at the end of so short a run): timed here
     flush = logger.flush
@@ -149,8 +167,10 @@ def main() -> int:
         tmp = Path(td)
         os.chdir(tmp)  # DVCLive outside any Git or DVC project
         data = lm_data.load(lm_data.DEFAULT_SOURCE, args.seq_len, cache_dir=tmp / "tokenizer")
-        print(f"model={args.model} batch={args.batch_size} seq_len={args.seq_len} steps={args.steps} (warm-up {args.warmup}) "
-              f"tokenizer={data.tokenizer} threads={torch.get_num_threads()}; median s/step per repeat\n")
+        print(
+            f"model={args.model} batch={args.batch_size} seq_len={args.seq_len} steps={args.steps} (warm-up {args.warmup}) "
+            f"tokenizer={data.tokenizer} threads={torch.get_num_threads()}; median s/step per repeat\n"
+        )
         print(f"{'repeat':<8} {'lightning':>10} {'plain':>10} {'ratio':>7}")
         for i in range(args.n):
             for name in ("lightning", "plain") if i % 2 == 0 else ("plain", "lightning"):
@@ -169,21 +189,43 @@ def main() -> int:
     pooled["lightning"] = [t + flush for t in pooled["lightning"]]
     decile = {name: statistics.quantiles(times, n=10)[0] for name, times in pooled.items()}
     median = {name: statistics.median(times) for name, times in pooled.items()}
-    per_repeat = [(statistics.median(light) + f) / statistics.median(plain)
-                  for light, f, plain in zip(runs["lightning"], flush_per_step, runs["plain"], strict=True)]
+    per_repeat = [
+        (statistics.median(light) + f) / statistics.median(plain)
+        for light, f, plain in zip(runs["lightning"], flush_per_step, runs["plain"], strict=True)
+    ]
     ratio = decile["lightning"] / decile["plain"]
     print(f"{'decile':<8} {decile['lightning']:>10.4f} {decile['plain']:>10.4f} {ratio:>7.3f}  (bound <= {MAX_RATIO}), all steps")
     print(f"{'median':<8} {median['lightning']:>10.4f} {median['plain']:>10.4f} {median['lightning'] / median['plain']:>7.3f}  all steps")
     print(f"{'paired':<8} {'':>10} {'':>10} {statistics.median(per_repeat):>7.3f}  median of the repeats' ratios")
     print(f"logger writes: {1e3 * flush:.3f} ms per step (buffered, outside the steps; included above)")
     failures = [] if ratio <= MAX_RATIO else [f"Lightning takes {ratio:.3f}x the plain loop per step (bound {MAX_RATIO})"]
-    result = {"config": {"model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len, "steps": args.steps,
-                         "warmup_steps": args.warmup, "repeats": args.n, "tokenizer": data.tokenizer, "threads": torch.get_num_threads()},
-              "step_s": runs, "lower_decile_step_s": decile, "median_step_s": median, "ratio": ratio,
-              "overhead_percent": 100 * (ratio - 1), "ratio_of_medians": median["lightning"] / median["plain"],
-              "median_of_repeat_ratios": statistics.median(per_repeat), "logger_flush_s_per_step": flush, "bound": MAX_RATIO, "load_average": os.getloadavg(),
-              "torch": torch.__version__, "lightning": pl.__version__, "python": sys.version.split()[0], "failures": failures,
-              "ok": not failures}
+    result = {
+        "config": {
+            "model": args.model,
+            "batch_size": args.batch_size,
+            "seq_len": args.seq_len,
+            "steps": args.steps,
+            "warmup_steps": args.warmup,
+            "repeats": args.n,
+            "tokenizer": data.tokenizer,
+            "threads": torch.get_num_threads(),
+        },
+        "step_s": runs,
+        "lower_decile_step_s": decile,
+        "median_step_s": median,
+        "ratio": ratio,
+        "overhead_percent": 100 * (ratio - 1),
+        "ratio_of_medians": median["lightning"] / median["plain"],
+        "median_of_repeat_ratios": statistics.median(per_repeat),
+        "logger_flush_s_per_step": flush,
+        "bound": MAX_RATIO,
+        "load_average": os.getloadavg(),
+        "torch": torch.__version__,
+        "lightning": pl.__version__,
+        "python": sys.version.split()[0],
+        "failures": failures,
+        "ok": not failures,
+    }
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "lightning_overhead.json").write_text(json.dumps(result, indent=2) + "\n")
     print("\nPASS" if not failures else "\nFAIL:\n  " + "\n  ".join(failures))

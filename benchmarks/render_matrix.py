@@ -88,7 +88,8 @@ def make_project(root: Path, n: int) -> None:
     (root / "params.yaml").write_text(
         "orchestrator:\n  cluster: lumi\n  account: project_465000858\n\nbench:\n"
         f"  datasets: [{', '.join(f'ds{i:02d}' for i in range(d))}]\n"
-        f"  models: [{', '.join(f'model{i:03d}' for i in range(m))}]\n  device_cfgs:\n{cfgs}\n")
+        f"  models: [{', '.join(f'model{i:03d}' for i in range(m))}]\n  device_cfgs:\n{cfgs}\n"
+    )
     (root / "dvc.yaml").write_text(DVC_YAML)
     (root / "experiments").mkdir()
     scm = shutil.which("git") is not None
@@ -147,10 +148,12 @@ def main() -> int:
     # "fresh": into an empty folder each round, so every script is created (the
     # bound is judged on this, the worst case); "again": re-rendering an
     # unchanged matrix into the default folder, where unchanged files stay.
-    runs = {"dvc stage list": console("dvc") + ["stage", "list"],
-            "render --check --no-shellcheck, fresh": orch + ["render", "--check", "--no-shellcheck", "--out", "fresh-{round}"],
-            "render --check --no-shellcheck, again": orch + ["render", "--check", "--no-shellcheck"],
-            "render, again": orch + ["render"]}
+    runs = {
+        "dvc stage list": console("dvc") + ["stage", "list"],
+        "render --check --no-shellcheck, fresh": orch + ["render", "--check", "--no-shellcheck", "--out", "fresh-{round}"],
+        "render --check --no-shellcheck, again": orch + ["render", "--check", "--no-shellcheck"],
+        "render, again": orch + ["render"],
+    }
     with tempfile.TemporaryDirectory(prefix="orch-render-bench-") as td:
         root = Path(td)
         make_project(root, a.items)
@@ -160,8 +163,10 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = med["render --check --no-shellcheck, fresh"] / med["dvc stage list"]
     d, m, c = shape(a.items)
-    print(f"matrix: {a.items} items ({d} datasets x {m} models x {c} device_cfgs), cluster lumi, "
-          f"{a.repeat} interleaved timed rounds after 1 warm-up, cold process each")
+    print(
+        f"matrix: {a.items} items ({d} datasets x {m} models x {c} device_cfgs), cluster lumi, "
+        f"{a.repeat} interleaved timed rounds after 1 warm-up, cold process each"
+    )
     print(f"{'command':<34} {'median s':>9} {'min s':>8} {'ms/item':>8}")
     for label, ts in times.items():
         print(f"{label:<34} {med[label]:>9.3f} {min(ts):>8.3f} {1000 * med[label] / a.items:>8.2f}")
@@ -178,11 +183,29 @@ def main() -> int:
     if ratio > MAX_RATIO:
         failures.append(f"render --check takes {ratio:.2f}x dvc stage list (bound {MAX_RATIO})")
     (HERE / "out").mkdir(exist_ok=True)
-    (HERE / "out" / "render_matrix.json").write_text(json.dumps({
-        "items": a.items, "shape": [d, m, c], "repeat": a.repeat, "scripts_written": scripts,
-        "times_s": times, "median_s": med, "ratio": ratio, "ratio_min": ratio_min, "ratio_again": ratio_again, "bound": MAX_RATIO,
-        "argv": runs, "python": sys.version.split()[0], "profile": report, "failures": failures, "ok": not failures,
-    }, indent=2) + "\n")
+    (HERE / "out" / "render_matrix.json").write_text(
+        json.dumps(
+            {
+                "items": a.items,
+                "shape": [d, m, c],
+                "repeat": a.repeat,
+                "scripts_written": scripts,
+                "times_s": times,
+                "median_s": med,
+                "ratio": ratio,
+                "ratio_min": ratio_min,
+                "ratio_again": ratio_again,
+                "bound": MAX_RATIO,
+                "argv": runs,
+                "python": sys.version.split()[0],
+                "profile": report,
+                "failures": failures,
+                "ok": not failures,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print("\nPASS" if not failures else "\nFAIL:\n  " + "\n  ".join(failures))
     return 0 if not failures else 1
 

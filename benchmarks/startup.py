@@ -35,8 +35,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FORBIDDEN = ("torch", "lightning", "pytorch_lightning", "lightning_fabric")
 INFO_ONLY = ("numpy",)
-COMMANDS = [["--help"], ["--version"], ["clusters"], ["clusters", "show", "lumi"],
-            ["render", "--cluster", "lumi", "--check", "--no-shellcheck"]]
+COMMANDS = [
+    ["--help"],
+    ["--version"],
+    ["clusters"],
+    ["clusters", "show", "lumi"],
+    ["render", "--cluster", "lumi", "--check", "--no-shellcheck"],
+]
 MAX_RATIO = 0.5
 
 # Runs in a fresh interpreter: records any import attempt of a forbidden top-level
@@ -46,7 +51,7 @@ import json, os, sys
 seen = []
 class Spy:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in %r:
+        if name.split(".")[0] in FORBIDDEN_NAMES:
             seen.append(name)
         return None
 sys.meta_path.insert(0, Spy())
@@ -59,7 +64,7 @@ except SystemExit as exc:
     code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 with open(os.environ["SPY_OUT"], "w") as f:
     json.dump({"attempts": seen, "exit": code}, f)
-""" % (FORBIDDEN,)
+""".replace("FORBIDDEN_NAMES", repr(FORBIDDEN))
 
 
 def make_project(tmp: Path) -> None:
@@ -75,8 +80,7 @@ def make_project(tmp: Path) -> None:
 
 
 def imported_modules(args: list[str], cwd: Path) -> tuple[set[str], int]:
-    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "orchestrator", *args],
-                       cwd=cwd, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "orchestrator", *args], cwd=cwd, capture_output=True, text=True)
     mods = {line.rsplit("|", 1)[1].strip() for line in p.stderr.splitlines() if line.startswith("import time:") and "|" in line}
     mods.discard("imported package")
     return mods, p.returncode
@@ -132,8 +136,17 @@ def main() -> int:
             bad = sorted(m for m in mods if is_hit(m, FORBIDDEN))
             info = sorted(m for m in mods if is_hit(m, INFO_ONLY))
             cmd = "orchestrator " + " ".join(args)
-            rows.append({"command": cmd, "exit": rc, "modules": len(mods), "forbidden_imported": bad,
-                         "forbidden_attempted": spy["attempts"], "hook_exit": spy["exit"], "numpy": bool(info)})
+            rows.append(
+                {
+                    "command": cmd,
+                    "exit": rc,
+                    "modules": len(mods),
+                    "forbidden_imported": bad,
+                    "forbidden_attempted": spy["attempts"],
+                    "hook_exit": spy["exit"],
+                    "numpy": bool(info),
+                }
+            )
             seen = f"{','.join(bad) or 'none'} / {','.join(sorted(set(spy['attempts']))) or 'none'}"
             print(f"{' '.join(args):<52} {rc:>4} {len(mods):>7}  {seen:<38} {'yes' if info else 'no'}")
             if rc != 0 or spy["exit"] != 0:
@@ -144,15 +157,24 @@ def main() -> int:
         t_orch, t_dvc = wall([orch, dvc], tmp, n)
     med_o, med_d = statistics.median(t_orch), statistics.median(t_dvc)
     ratio = med_o / med_d
-    print(f"\n{'timing (N=%d, 2 warm-ups)' % n:<36} {'median s':>9} {'min s':>8}")
+    print(f"\n{f'timing (N={n}, 2 warm-ups)':<36} {'median s':>9} {'min s':>8}")
     for label, ts in (("orchestrator --help", t_orch), ("dvc --version", t_dvc)):
         print(f"{label:<36} {statistics.median(ts):>9.3f} {min(ts):>8.3f}")
     print(f"ratio orchestrator/dvc (median)      {ratio:>9.2f}  (bound <= {MAX_RATIO})")
     if ratio > MAX_RATIO:
         failures.append(f"orchestrator --help takes {ratio:.2f}x dvc --version (bound {MAX_RATIO})")
-    result = {"commands": rows, "timing": {"orchestrator_help": {"argv": orch, "times_s": t_orch, "median_s": med_o, "min_s": min(t_orch)},
-              "dvc_version": {"argv": dvc, "times_s": t_dvc, "median_s": med_d, "min_s": min(t_dvc)}, "ratio": ratio,
-              "bound": MAX_RATIO}, "python": sys.version.split()[0], "failures": failures, "ok": not failures}
+    result = {
+        "commands": rows,
+        "timing": {
+            "orchestrator_help": {"argv": orch, "times_s": t_orch, "median_s": med_o, "min_s": min(t_orch)},
+            "dvc_version": {"argv": dvc, "times_s": t_dvc, "median_s": med_d, "min_s": min(t_dvc)},
+            "ratio": ratio,
+            "bound": MAX_RATIO,
+        },
+        "python": sys.version.split()[0],
+        "failures": failures,
+        "ok": not failures,
+    }
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "startup.json").write_text(json.dumps(result, indent=2) + "\n")
     print("\nPASS" if not failures else "\nFAIL:\n  " + "\n  ".join(failures))

@@ -15,7 +15,7 @@ Three sources, in this order; the first with a value wins and is named in
     nodes (``ipmi``, ``pm_counters`` on HPE Cray, ``xcc``).
 ``sampled``
     The GPUs' energy measured by the training itself while it ran
-    (``experiments/power.py`` writes ``gpu_energy_j``, summed over the ranks, and
+    (``experiments/common/power.py`` writes ``gpu_energy_j``, summed over the ranks, and
     ``power_source``). GPUs only, and only while the training loop ran.
 ``estimate``
     The profile's device power (``node.gpu.power_w``, a board power limit) x
@@ -202,10 +202,16 @@ class Energy:
         return "; ".join(self.notes)
 
 
-def choose(accounted: tuple[float | None, str], sampled: tuple[float | None, str], estimated: tuple[float | None, str], plugin: str | None) -> Energy:
+def choose(
+    accounted: tuple[float | None, str], sampled: tuple[float | None, str], estimated: tuple[float | None, str], plugin: str | None
+) -> Energy:
     """The first source with a value, in the module's order."""
     notes: list[str] = []
-    for source, (joules, note), scope in (("accounting", accounted, plugin_scope(plugin)), ("sampled", sampled, "gpu"), ("estimate", estimated, "gpu")):
+    for source, (joules, note), scope in (
+        ("accounting", accounted, plugin_scope(plugin)),
+        ("sampled", sampled, "gpu"),
+        ("estimate", estimated, "gpu"),
+    ):
         notes.append(note)
         if joules is not None:
             return Energy(joules, source, scope, tuple(notes))  # type: ignore[arg-type]
@@ -227,7 +233,9 @@ def emissions(energy: Energy, pue: float | None, carbon_g_per_kwh: float | None,
     """kWh x PUE x g/kWh, in kg; ``where`` names the source of PUE and intensity."""
     missing = [name for name, v in (("PUE", pue), ("carbon intensity", carbon_g_per_kwh)) if v is None]
     if missing:
-        return Emissions(None, pue, carbon_g_per_kwh, f"no {' or '.join(missing)}: set the profile's site section or pass --pue/--carbon-intensity")
+        return Emissions(
+            None, pue, carbon_g_per_kwh, f"no {' or '.join(missing)}: set the profile's site section or pass --pue/--carbon-intensity"
+        )
     if energy.kwh is None:
         return Emissions(None, pue, carbon_g_per_kwh, f"no energy; PUE and intensity from {where}")
     return Emissions(energy.kwh * pue * carbon_g_per_kwh / 1000, pue, carbon_g_per_kwh, where)  # type: ignore[operator]

@@ -92,7 +92,9 @@ def _steptime(MplFigure, s: Series):
     keys = sorted({k for r in rows for k in r.breakdown})
     fig = MplFigure(figsize=(8, 3.4), layout="constrained")
     ax = fig.subplots()
-    bars = [("mean step time", [r.step_time_s for r in rows])] + [(k.removeprefix("profile_"), [r.breakdown.get(k) for r in rows]) for k in keys]
+    bars = [("mean step time", [r.step_time_s for r in rows])] + [
+        (k.removeprefix("profile_"), [r.breakdown.get(k) for r in rows]) for k in keys
+    ]
     width = 0.8 / len(bars)
     for i, (label, values) in enumerate(bars):
         xs = [j + i * width for j, v in enumerate(values) if v is not None]

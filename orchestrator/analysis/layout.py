@@ -135,11 +135,23 @@ class ModelShape:
             raise PlanError("impossible model shape", problems)
 
     def _counts(self) -> list[tuple[str, float]]:
-        return [("parameters", self.parameters), ("layers", self.layers), ("hidden size", self.hidden), ("heads", self.heads), ("sequence length", self.seq_len)]
+        return [
+            ("parameters", self.parameters),
+            ("layers", self.layers),
+            ("hidden size", self.hidden),
+            ("heads", self.heads),
+            ("sequence length", self.seq_len),
+        ]
 
     @classmethod
     def from_architecture(
-        cls, layers: int, hidden: int, heads: int, seq_len: int = DEFAULT_SEQ_LEN, vocab: int = DEFAULT_VOCAB, parameters: float | None = None
+        cls,
+        layers: int,
+        hidden: int,
+        heads: int,
+        seq_len: int = DEFAULT_SEQ_LEN,
+        vocab: int = DEFAULT_VOCAB,
+        parameters: float | None = None,
     ) -> ModelShape:
         """The shape given, with Psi = 12*L*h^2 + V*h unless an exact count is given too
         (models whose MLP is not 4h wide, SwiGLU ones, differ from the formula)."""
@@ -157,7 +169,8 @@ class ModelShape:
     def describe(self) -> str:
         count = f"{human_count(self.parameters)} parameters"
         if self.assumed:
-            return f"{count} (shape assumed GPT-3-like: {self.layers} layers, hidden {self.hidden}, {self.heads} heads, sequence {self.seq_len})"
+            shape = f"{self.layers} layers, hidden {self.hidden}, {self.heads} heads, sequence {self.seq_len}"
+            return f"{count} (shape assumed GPT-3-like: {shape})"
         return f"{count} ({self.layers} layers, hidden {self.hidden}, {self.heads} heads, sequence {self.seq_len}, vocabulary {self.vocab})"
 
 
@@ -173,8 +186,16 @@ class Hardware:
     peak_tflops: float | None = None  # dense 16-bit, per GPU; prices the pipeline bubble
 
     def __post_init__(self) -> None:
-        problems = [f"{what} must be at least 1, not {value}" for what, value in (("GPU count", self.gpus), ("GPUs per node", self.gpus_per_node)) if value < 1]
-        for what, value in (("GPU memory", self.memory_gb), ("intra-node bandwidth", self.intra_node_gbps), ("inter-node bandwidth", self.inter_node_gbps)):
+        problems = [
+            f"{what} must be at least 1, not {value}"
+            for what, value in (("GPU count", self.gpus), ("GPUs per node", self.gpus_per_node))
+            if value < 1
+        ]
+        for what, value in (
+            ("GPU memory", self.memory_gb),
+            ("intra-node bandwidth", self.intra_node_gbps),
+            ("inter-node bandwidth", self.inter_node_gbps),
+        ):
             if not value > 0:
                 problems.append(f"{what} must be more than 0, not {value:g}")
         if self.peak_tflops is not None and not self.peak_tflops > 0:
@@ -218,7 +239,8 @@ class Memory:
         return self.model_states + self.activations
 
     def breakdown(self) -> str:
-        return f"parameters {gb(self.parameters)} + gradients {gb(self.gradients)} + optimizer {gb(self.optimizer)} + activations {gb(self.activations)}"
+        states = f"parameters {gb(self.parameters)} + gradients {gb(self.gradients)} + optimizer {gb(self.optimizer)}"
+        return f"{states} + activations {gb(self.activations)}"
 
 
 @dataclass(frozen=True)
@@ -279,7 +301,9 @@ class Layout:
 def model_states(parameters: float, data: int, zero: int, model_parallel: int = 1) -> Memory:
     """Model-state memory per GPU (GB), from the ZeRO paper's formulas (module docstring)."""
     if zero not in ZERO_STAGES:
-        raise PlanError(f"ZeRO stage {zero} does not exist", hints=["stages: 0 (none), 1 (optimizer), 2 (+ gradients), 3 (+ parameters; FSDP)"])
+        raise PlanError(
+            f"ZeRO stage {zero} does not exist", hints=["stages: 0 (none), 1 (optimizer), 2 (+ gradients), 3 (+ parameters; FSDP)"]
+        )
     share = parameters / model_parallel
     return Memory(
         parameters=WEIGHT_BYTES * share / (data if zero >= 3 else 1) / GB,
@@ -288,7 +312,9 @@ def model_states(parameters: float, data: int, zero: int, model_parallel: int = 
     )
 
 
-def activations_gb(model: ModelShape, micro_batch: int, tensor: int, pipeline: int, microbatches: int, recompute: Recompute = "none") -> float:
+def activations_gb(
+    model: ModelShape, micro_batch: int, tensor: int, pipeline: int, microbatches: int, recompute: Recompute = "none"
+) -> float:
     """Activation memory of the first pipeline stage, per GPU (GB): Korthikanti et al. 2022."""
     s, b, h, a = model.seq_len, micro_batch, model.hidden, model.heads
     if recompute == "full":
@@ -306,7 +332,18 @@ def ring_allreduce_s(nbytes: float, n: int, gbps: float) -> float:
     return 2 * (n - 1) / n * nbytes / (gbps * GB) if n > 1 else 0.0
 
 
-def communication(model: ModelShape, hw: Hardware, data: int, tensor: int, pipeline: int, zero: int, micro_batch: int, microbatches: int, global_batch: int, recompute: Recompute = "none") -> Comm:
+def communication(
+    model: ModelShape,
+    hw: Hardware,
+    data: int,
+    tensor: int,
+    pipeline: int,
+    zero: int,
+    micro_batch: int,
+    microbatches: int,
+    global_batch: int,
+    recompute: Recompute = "none",
+) -> Comm:
     """The predicted communication of one training step (the module docstring has the model)."""
     m = microbatches
 
@@ -366,8 +403,12 @@ def plan_layouts(
             shape_reasons = _shape_reasons(model, hw, data, tensor, pipeline, micro_batch, global_batch)
             microbatches = max(1, global_batch // (micro_batch * data))
             for zero in stages:
-                layouts.append(_layout(model, hw, data, tensor, pipeline, zero, micro_batch, microbatches, global_batch, recompute, shape_reasons))
-    feasible = sorted((x for x in layouts if x.feasible), key=lambda x: (x.cost_s, x.comm.bubble, x.memory.total, x.tensor, x.pipeline, x.zero))
+                layouts.append(
+                    _layout(model, hw, data, tensor, pipeline, zero, micro_batch, microbatches, global_batch, recompute, shape_reasons)
+                )
+    feasible = sorted(
+        (x for x in layouts if x.feasible), key=lambda x: (x.cost_s, x.comm.bubble, x.memory.total, x.tensor, x.pipeline, x.zero)
+    )
     if not feasible:
         raise _nothing_feasible(model, hw, layouts, stages, micro_batch, recompute)
     rejected = sorted((x for x in layouts if not x.feasible), key=lambda x: (x.tensor, x.pipeline, x.zero))
@@ -387,7 +428,9 @@ def _layout(model, hw, data, tensor, pipeline, zero, micro_batch, microbatches, 
     return Layout(data, tensor, pipeline, zero, micro_batch, microbatches, memory, hw.memory_gb, comm, tuple(reasons))
 
 
-def _shape_reasons(model: ModelShape, hw: Hardware, data: int, tensor: int, pipeline: int, micro_batch: int, global_batch: int) -> list[str]:
+def _shape_reasons(
+    model: ModelShape, hw: Hardware, data: int, tensor: int, pipeline: int, micro_batch: int, global_batch: int
+) -> list[str]:
     """Why a decomposition cannot run at all, whatever its memory."""
     reasons = []
     if tensor > hw.gpus_per_node:
@@ -397,16 +440,22 @@ def _shape_reasons(model: ModelShape, hw: Hardware, data: int, tensor: int, pipe
         reasons.append(f"tensor degree {tensor} does not divide the {hw.node_size} GPUs of a node: its groups would straddle nodes")
     if model.assumed:  # the true counts are unknown, but every rank needs a head and every stage a layer
         if tensor > model.heads:
-            reasons.append(f"tensor degree {tensor} exceeds the ~{model.heads} attention heads assumed for {human_count(model.parameters)} parameters")
+            reasons.append(
+                f"tensor degree {tensor} exceeds the ~{model.heads} attention heads assumed for {human_count(model.parameters)} parameters"
+            )
         if pipeline > model.layers:
-            reasons.append(f"pipeline degree {pipeline} exceeds the ~{model.layers} layers assumed for {human_count(model.parameters)} parameters")
+            reasons.append(
+                f"pipeline degree {pipeline} exceeds the ~{model.layers} layers assumed for {human_count(model.parameters)} parameters"
+            )
     else:
         if model.heads % tensor:
             reasons.append(f"tensor degree {tensor} does not divide the {model.heads} attention heads")
         if model.layers % pipeline:
             reasons.append(f"pipeline degree {pipeline} does not divide the {model.layers} layers")
     if global_batch % (micro_batch * data):
-        reasons.append(f"global batch {global_batch} is not a multiple of micro-batch {micro_batch} x data degree {data} = {micro_batch * data}")
+        reasons.append(
+            f"global batch {global_batch} is not a multiple of micro-batch {micro_batch} x data degree {data} = {micro_batch * data}"
+        )
     return reasons
 
 
@@ -418,7 +467,9 @@ def _memory_reason(memory: Memory, capacity_gb: float) -> str:
     return f"needs {gb(memory.total)} GB per GPU, {gb(capacity_gb)} GB available: {memory.breakdown()}"
 
 
-def _nothing_feasible(model: ModelShape, hw: Hardware, layouts: list[Layout], stages: list[int], micro_batch: int, recompute: str) -> PlanError:
+def _nothing_feasible(
+    model: ModelShape, hw: Hardware, layouts: list[Layout], stages: list[int], micro_batch: int, recompute: str
+) -> PlanError:
     """The error for "no layout works", saying why; never an empty list."""
     where = f"{hw.gpus} GPU{'s' if hw.gpus != 1 else ''} of {gb(hw.memory_gb)} GB"
     memory_only = [x for x in layouts if not x.fits and len(x.reasons) == 1]
@@ -427,7 +478,8 @@ def _nothing_feasible(model: ModelShape, hw: Hardware, layouts: list[Layout], st
         per_gpu = (WEIGHT_BYTES + GRADIENT_BYTES + ADAM_K) * model.parameters / hw.gpus / GB
         problems = [
             f"the least memory any layout needs is {gb(best.memory.total)} GB per GPU ({best.label}): {best.memory.breakdown()}",
-            f"model states alone are 16 bytes per parameter, {gb(per_gpu)} GB per GPU even when sharded over all {hw.gpus} GPUs (ZeRO-3, or model parallelism, at its most)",
+            f"model states alone are 16 bytes per parameter, {gb(per_gpu)} GB per GPU even when sharded over all {hw.gpus} GPUs (ZeRO-3, "
+            "or model parallelism, at its most)",
         ]
         least = math.ceil((WEIGHT_BYTES + GRADIENT_BYTES + ADAM_K) * model.parameters / (hw.memory_gb * GB))
         hints = [f"model states alone need at least {least} GPUs of {gb(hw.memory_gb)} GB; activations need more"]

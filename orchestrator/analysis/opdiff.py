@@ -1,6 +1,6 @@
 """Two profiled runs' operators side by side: calls and host time, baseline vs exp.
 
-A run profiled with ``--profile-steps`` (``experiments/profiling.py``) leaves
+A run profiled with ``--profile-steps`` (``experiments/common/profiling.py``) leaves
 ``profile/operators.json`` in its output folder: per operator, calls and host time
 per profiled step. The comparison is per step, so runs whose windows differ in
 length still compare. Rows are sorted by the absolute change in host time (total,
@@ -138,7 +138,7 @@ def render_text(comparison: Comparison) -> str:
     cells = [_HEADER] + [_cells(r) for r in comparison.rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(_HEADER))]
     for row in cells:
-        lines.append("  ".join([row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:]))]).rstrip())
+        lines.append("  ".join([row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True))]).rstrip())
     return "\n".join(lines)
 
 

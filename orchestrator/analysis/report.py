@@ -166,7 +166,9 @@ def _row(run: Run, point: Point, scaled: Scaled, prof: profile.Profile, accounti
     value, note = mfu(m, gpu.peak_tflops_bf16 if gpu and device != "CPU" else None, prof.name)
     en = _energy(run, prof, accounting, device)
     em = energy.emissions(en, *_site(prof, overrides))
-    return Row(run, prof.name, device, _gpus(run), point.throughput, scaled, number(m.get("mean_step_time_s")), breakdown, value, note, en, em)
+    return Row(
+        run, prof.name, device, _gpus(run), point.throughput, scaled, number(m.get("mean_step_time_s")), breakdown, value, note, en, em
+    )
 
 
 def _site(prof: profile.Profile, overrides: Overrides) -> tuple[float | None, float | None, str]:
@@ -191,7 +193,12 @@ def _energy(run: Run, prof: profile.Profile, accounting: energy.Accounting | Non
     if prov.get("backend") != "slurm":
         accounted = (None, f"not a Slurm job (backend {prov.get('backend') or 'unknown'})")
         acct = None
-    elif accounting is not None and prof.scheduler.cluster_name and accounting.cluster_name and prof.scheduler.cluster_name != accounting.cluster_name:
+    elif (
+        accounting is not None
+        and prof.scheduler.cluster_name
+        and accounting.cluster_name
+        and prof.scheduler.cluster_name != accounting.cluster_name
+    ):
         accounted = (None, f"the job ran on {prof.scheduler.cluster_name}; this is {accounting.cluster_name}'s accounting")
         acct = None
     else:

@@ -110,7 +110,12 @@ def _extra_columns(s: Series) -> list[tuple[str, Callable[[Row], str]]]:
     if any(isinstance(r.metric("data_wait_share"), (int, float)) for r in s.rows):
         cols.append(("data wait", lambda r: _fmt(_num(r.metric("data_wait_share")), ".1%")))
     if any(isinstance(r.metric("peak_memory_bytes"), (int, float)) for r in s.rows):
-        cols.append(("peak memory (GB)", lambda r: _fmt(None if _num(r.metric("peak_memory_bytes")) is None else r.metric("peak_memory_bytes") / 1e9, ".3g")))
+        cols.append(
+            (
+                "peak memory (GB)",
+                lambda r: _fmt(None if _num(r.metric("peak_memory_bytes")) is None else r.metric("peak_memory_bytes") / 1e9, ".3g"),
+            )
+        )
     return cols
 
 
@@ -170,13 +175,18 @@ def _provenance_lines(s: Series) -> list[str]:
         commit = str(p.get("git_commit") or DASH)[:12] + (" (dirty)" if p.get("git_dirty") else "")
         lines.append(
             f"{r.config} ({r.item}): job {p.get('job_id', DASH)} ({p.get('backend', DASH)}, profile {p.get('profile', DASH)}), "
-            f"nodes {p.get('nodelist') or p.get('nodes') or DASH}, elapsed {p.get('elapsed_s', DASH)} s, requeues {p.get('requeues', 0)}, commit {commit}"
+            f"nodes {p.get('nodelist') or p.get('nodes') or DASH}, elapsed {p.get('elapsed_s', DASH)} s, requeues {p.get('requeues', 0)}, "
+            f"commit {commit}"
         )
     return lines
 
 
 def _energy_lines(s: Series) -> list[str]:
-    return [f"{r.config} ({r.item}): {r.energy.source or 'no energy'}: {r.energy.note}; emissions: {r.emissions.note}" for r in s.rows if not r.run.missing]
+    return [
+        f"{r.config} ({r.item}): {r.energy.source or 'no energy'}: {r.energy.note}; emissions: {r.emissions.note}"
+        for r in s.rows
+        if not r.run.missing
+    ]
 
 
 # --- Markdown ----------------------------------------------------------------------
@@ -234,8 +244,16 @@ def page(report: Report, figs: Iterable[Figure]) -> str:
         for f in figs:
             if f.name.endswith(f"-{slug(s.name)}"):
                 body.append(_img(f))
-        body.append("<details><summary>Energy: where each value comes from</summary><ul>" + "".join(f"<li>{e(x)}</li>" for x in _energy_lines(s)) + "</ul></details>")
-        body.append("<details><summary>Provenance: jobs, nodes, code</summary><ul>" + "".join(f"<li>{e(x)}</li>" for x in _provenance_lines(s)) + "</ul></details>")
+        body.append(
+            "<details><summary>Energy: where each value comes from</summary><ul>"
+            + "".join(f"<li>{e(x)}</li>" for x in _energy_lines(s))
+            + "</ul></details>"
+        )
+        body.append(
+            "<details><summary>Provenance: jobs, nodes, code</summary><ul>"
+            + "".join(f"<li>{e(x)}</li>" for x in _provenance_lines(s))
+            + "</ul></details>"
+        )
     for f in figs:
         if f.name == "energy":
             body.append("<h2>Energy</h2>" + _img(f))
@@ -249,4 +267,5 @@ def page(report: Report, figs: Iterable[Figure]) -> str:
 
 def _img(f: Figure) -> str:
     data = base64.b64encode(f.png).decode()
-    return f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(f.title)}'><figcaption>{html.escape(f.title)}</figcaption></figure>"
+    title = html.escape(f.title)
+    return f"<figure><img src='data:image/png;base64,{data}' alt='{title}'><figcaption>{title}</figcaption></figure>"

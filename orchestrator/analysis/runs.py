@@ -1,7 +1,7 @@
 """Runs: the items of a pipeline that have results, and what was read of them.
 
 A *run* is a dvc.yaml item with a ``metrics.json`` output (the training's results
-file, ``experiments/metrics.py``). Beside it lie ``provenance.json`` (written by
+file, ``experiments/common/metrics.py``). Beside it lie ``provenance.json`` (written by
 the orchestrator when the job succeeded: job id, backend, nodes, elapsed time,
 requeues, profile) and ``dvclive/plots/metrics/**.tsv`` (the per-step curves).
 An item whose ``metrics.json`` is absent or unreadable is *missing*: it is listed,

@@ -26,7 +26,10 @@ class _Group(click.Group):
         "container": ("orchestrator.cli.container:container", "Container images: build the image jobs run in."),
         "plan": ("orchestrator.cli.plan:plan", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
         "report": ("orchestrator.cli.report:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),
-        "profile-diff": ("orchestrator.cli.profile_diff:profile_diff", "Compare two profiled runs' operators: calls and host time, baseline vs exp."),
+        "profile-diff": (
+            "orchestrator.cli.profile_diff:profile_diff",
+            "Compare two profiled runs' operators: calls and host time, baseline vs exp.",
+        ),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

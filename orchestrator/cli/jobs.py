@@ -72,13 +72,26 @@ def status(targets: tuple[str, ...], watch: bool, project: Path) -> None:
         rows = st.refresh(project, runner, targets)
         columns = ["item", "state", "job", "nodes", "elapsed", "exit", "MFU", "submissions"]
         cells = [
-            [r.item, r.state.value, r.job_id, r.nodes, hms(r.elapsed_s), "-" if r.exit_code is None else str(r.exit_code), "-" if r.mfu is None else f"{r.mfu:.1%}", str(r.submissions)]
+            [
+                r.item,
+                r.state.value,
+                r.job_id,
+                r.nodes,
+                hms(r.elapsed_s),
+                "-" if r.exit_code is None else str(r.exit_code),
+                "-" if r.mfu is None else f"{r.mfu:.1%}",
+                str(r.submissions),
+            ]
             for r in rows
         ]
         if any(r.node_faults or r.avoiding for r in rows):  # only when a node failed
             columns.append("node faults")
             for r, row in zip(rows, cells, strict=True):
-                row.append(f"{r.node_faults} retried" + (f", avoiding {','.join(r.avoiding)}" if r.avoiding else "") if r.node_faults or r.avoiding else "-")
+                row.append(
+                    f"{r.node_faults} retried" + (f", avoiding {','.join(r.avoiding)}" if r.avoiding else "")
+                    if r.node_faults or r.avoiding
+                    else "-"
+                )
         table(tuple(columns), [tuple(c) for c in cells])
         if not watch or all(r.state.final for r in rows):
             return

@@ -55,32 +55,59 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 @click.command("plan")
-@click.option("--parameters", type=Count(), help="Parameter count (13B, 7.5e9, 350M). Alone, a GPT-3-like shape is assumed for activations and traffic.")
-@click.option("--layers", type=click.IntRange(min=1), help="Transformer layers (with --hidden and --heads: parameters = 12 x layers x hidden^2 + vocab x hidden).")
+@click.option(
+    "--parameters",
+    type=Count(),
+    help="Parameter count (13B, 7.5e9, 350M). Alone, a GPT-3-like shape is assumed for activations and traffic.",
+)
+@click.option(
+    "--layers",
+    type=click.IntRange(min=1),
+    help="Transformer layers (with --hidden and --heads: parameters = 12 x layers x hidden^2 + vocab x hidden).",
+)
 @click.option("--hidden", type=click.IntRange(min=1), help="Hidden size.")
 @click.option("--heads", type=click.IntRange(min=1), help="Attention heads.")
 @click.option("--seq-len", type=click.IntRange(min=1), default=lay.DEFAULT_SEQ_LEN, show_default=True, help="Sequence length (tokens).")
-@click.option("--vocab", type=click.IntRange(min=0), default=lay.DEFAULT_VOCAB, show_default=True, help="Vocabulary size (GPT-2's by default).")
+@click.option(
+    "--vocab", type=click.IntRange(min=0), default=lay.DEFAULT_VOCAB, show_default=True, help="Vocabulary size (GPT-2's by default)."
+)
 @click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs of the job (a multiple of the GPUs per node).")
-@cluster_option("Built-in profile name or profile file: GPUs per node, memory, peak FLOP/s (and bandwidths, when it has them)", default=None)
+@cluster_option(
+    "Built-in profile name or profile file: GPUs per node, memory, peak FLOP/s (and bandwidths, when it has them)", default=None
+)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="GPUs per node [default: the profile's].")
 @click.option("--gpu-memory-gb", type=_POSITIVE, default=None, help="Memory per GPU in GB [default: the profile's].")
 @click.option(
     "--intra-node-gbps",
     type=_POSITIVE,
     default=None,
-    help=f"GB/s per GPU, one direction, inside a node [default: the profile's, else {lay.DEFAULT_INTRA_NODE_GBPS:g}: A100 NVLink3, 12 links x 25 GB/s].",
+    help=(
+        f"GB/s per GPU, one direction, inside a node [default: the profile's, else {lay.DEFAULT_INTRA_NODE_GBPS:g}: A100 NVLink3, 12 "
+        "links x 25 GB/s]."
+    ),
 )
 @click.option(
     "--inter-node-gbps",
     type=_POSITIVE,
     default=None,
-    help=f"GB/s per GPU, one direction, between nodes: the node's injection bandwidth / its GPUs [default: the profile's, else {lay.DEFAULT_INTER_NODE_GBPS:g}: one 200 Gb/s NIC per GPU].",
+    help=(
+        "GB/s per GPU, one direction, between nodes: the node's injection bandwidth / its GPUs [default: the profile's, else "
+        f"{lay.DEFAULT_INTER_NODE_GBPS:g}: one 200 Gb/s NIC per GPU]."
+    ),
 )
-@click.option("--peak-tflops", type=_POSITIVE, default=None, help="Dense 16-bit TFLOP/s per GPU, to price the pipeline bubble [default: the profile's].")
+@click.option(
+    "--peak-tflops",
+    type=_POSITIVE,
+    default=None,
+    help="Dense 16-bit TFLOP/s per GPU, to price the pipeline bubble [default: the profile's].",
+)
 @click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per micro-batch.")
-@click.option("--global-batch", type=click.IntRange(min=1), default=lay.DEFAULT_GLOBAL_BATCH, show_default=True, help="Sequences per optimizer step.")
-@click.option("--zero", type=click.Choice(["0", "1", "2", "3", "all"]), default="all", show_default=True, help="ZeRO stage(s) to consider (3 = FSDP).")
+@click.option(
+    "--global-batch", type=click.IntRange(min=1), default=lay.DEFAULT_GLOBAL_BATCH, show_default=True, help="Sequences per optimizer step."
+)
+@click.option(
+    "--zero", type=click.Choice(["0", "1", "2", "3", "all"]), default="all", show_default=True, help="ZeRO stage(s) to consider (3 = FSDP)."
+)
 @click.option("--recompute", type=click.Choice(lay.RECOMPUTE), default="none", show_default=True, help="Activation recomputation.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Feasible layouts to show.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
@@ -102,7 +129,25 @@ def plan(fmt: str, top: int, **options) -> None:
 # --- inputs --------------------------------------------------------------------------
 
 
-def _inputs(parameters, layers, hidden, heads, seq_len, vocab, gpus, cluster, gpus_per_node, gpu_memory_gb, intra_node_gbps, inter_node_gbps, peak_tflops, micro_batch, global_batch, zero, recompute) -> _Inputs:
+def _inputs(
+    parameters,
+    layers,
+    hidden,
+    heads,
+    seq_len,
+    vocab,
+    gpus,
+    cluster,
+    gpus_per_node,
+    gpu_memory_gb,
+    intra_node_gbps,
+    inter_node_gbps,
+    peak_tflops,
+    micro_batch,
+    global_batch,
+    zero,
+    recompute,
+) -> _Inputs:
     model = _model(parameters, layers, hidden, heads, seq_len, vocab)
     hardware, sources = _hardware(gpus, cluster, gpus_per_node, gpu_memory_gb, intra_node_gbps, inter_node_gbps, peak_tflops)
     stages = lay.ZERO_STAGES if zero == "all" else (int(zero),)
@@ -122,7 +167,13 @@ def _model(parameters, layers, hidden, heads, seq_len, vocab) -> lay.ModelShape:
 
 
 def _hardware(gpus, cluster, gpus_per_node, memory_gb, intra, inter, peak) -> tuple[lay.Hardware, dict[str, str]]:
-    given = {"gpus_per_node": gpus_per_node, "memory_gb": memory_gb, "intra_node_gbps": intra, "inter_node_gbps": inter, "peak_tflops": peak}
+    given = {
+        "gpus_per_node": gpus_per_node,
+        "memory_gb": memory_gb,
+        "intra_node_gbps": intra,
+        "inter_node_gbps": inter,
+        "peak_tflops": peak,
+    }
     values = {k: v for k, v in given.items() if v is not None}
     sources = {k: "option" for k in values}
     if cluster is not None:
@@ -133,7 +184,9 @@ def _hardware(gpus, cluster, gpus_per_node, memory_gb, intra, inter, peak) -> tu
     if missing:
         from orchestrator.config import profile
 
-        raise click.UsageError(f"missing {' and '.join(missing)}: give them, or --cluster NAME (built-in: {', '.join(profile.builtin_names())})")
+        raise click.UsageError(
+            f"missing {' and '.join(missing)}: give them, or --cluster NAME (built-in: {', '.join(profile.builtin_names())})"
+        )
     for key, default in (("intra_node_gbps", lay.DEFAULT_INTRA_NODE_GBPS), ("inter_node_gbps", lay.DEFAULT_INTER_NODE_GBPS)):
         if key not in values:
             values[key], sources[key] = default, "default"
@@ -146,7 +199,9 @@ def _profile_facts(cluster: str) -> dict[str, float | None]:
     loaded = profile.load(cluster)
     node = loaded.profile.node
     if not node.gpus or node.gpu is None:
-        raise PlanError(f"cluster {loaded.name} has no GPUs in its profile", hints=["give --gpus-per-node and --gpu-memory-gb instead of --cluster"])
+        raise PlanError(
+            f"cluster {loaded.name} has no GPUs in its profile", hints=["give --gpus-per-node and --gpu-memory-gb instead of --cluster"]
+        )
     return {
         "gpus_per_node": node.gpus,
         "memory_gb": node.gpu.memory_gb,
@@ -175,21 +230,41 @@ def _context(i: _Inputs) -> list[tuple[str, str]]:
     stages = ", ".join(map(str, i.zero_stages))
     return [
         ("model", i.model.describe()),
-        ("hardware", f"{gpus} on {nodes}, {lay.gb(hw.memory_gb)} GB each{where('memory_gb')}; {peak}" + "".join(f" (from {p})" for p in profiles)),
-        ("bandwidth", f"{lay.gb(hw.intra_node_gbps)} GB/s per GPU in a node{where('intra_node_gbps')}, {lay.gb(hw.inter_node_gbps)} GB/s per GPU between nodes{where('inter_node_gbps')}"),
-        ("training", f"micro-batch {i.micro_batch}, global batch {i.global_batch}, recompute {i.recompute}, ZeRO stage(s) {stages}; mixed-precision Adam, 2 + 2 + 12 bytes per parameter"),
+        (
+            "hardware",
+            f"{gpus} on {nodes}, {lay.gb(hw.memory_gb)} GB each{where('memory_gb')}; {peak}" + "".join(f" (from {p})" for p in profiles),
+        ),
+        (
+            "bandwidth",
+            f"{lay.gb(hw.intra_node_gbps)} GB/s per GPU in a node{where('intra_node_gbps')}, {lay.gb(hw.inter_node_gbps)} GB/s per GPU "
+            f"between nodes{where('inter_node_gbps')}",
+        ),
+        (
+            "training",
+            f"micro-batch {i.micro_batch}, global batch {i.global_batch}, recompute {i.recompute}, ZeRO stage(s) {stages}; mixed-precision "
+            "Adam, 2 + 2 + 12 bytes per parameter",
+        ),
     ]
 
 
 def _notes(i: _Inputs) -> list[str]:
     notes = []
     if i.model.assumed:
-        notes.append("the shape is assumed from the parameter count: t and p were not checked to divide its heads and layers; give --layers, --hidden and --heads for exact figures")
+        notes.append(
+            "the shape is assumed from the parameter count: t and p were not checked to divide its heads and layers; give --layers, "
+            "--hidden and --heads for exact figures"
+        )
     if i.hardware.peak_tflops is None:
-        notes.append("the pipeline bubble is not priced in seconds (no peak TFLOP/s): give --peak-tflops, or a --cluster whose profile has it")
+        notes.append(
+            "the pipeline bubble is not priced in seconds (no peak TFLOP/s): give --peak-tflops, or a --cluster whose profile has it"
+        )
     if "default" in i.sources.values():
-        notes.append("default bandwidths used (see --intra-node-gbps, --inter-node-gbps); measure yours with nccl-tests/rccl-tests (bus bandwidth)")
-    notes.append("communication is not assumed to overlap computation (an upper bound); formulas and sources: python -m pydoc orchestrator.layout")
+        notes.append(
+            "default bandwidths used (see --intra-node-gbps, --inter-node-gbps); measure yours with nccl-tests/rccl-tests (bus bandwidth)"
+        )
+    notes.append(
+        "communication is not assumed to overlap computation (an upper bound); formulas and sources: python -m pydoc orchestrator.layout"
+    )
     return notes
 
 
@@ -208,7 +283,24 @@ def _bubble(x: lay.Layout) -> str:
     return text if x.comm.bubble_s is None else f"{text} {_seconds(x.comm.bubble_s)}s"
 
 
-HEADER = ("#", "d", "t", "p", "ZeRO", "params", "grads", "optim", "activ", "total GB", "free GB", "DP s", "TP s", "PP s", "bubble", "comm+bubble s")
+HEADER = (
+    "#",
+    "d",
+    "t",
+    "p",
+    "ZeRO",
+    "params",
+    "grads",
+    "optim",
+    "activ",
+    "total GB",
+    "free GB",
+    "DP s",
+    "TP s",
+    "PP s",
+    "bubble",
+    "comm+bubble s",
+)
 
 
 def _row(rank: int, x: lay.Layout) -> tuple[str, ...]:
@@ -247,7 +339,8 @@ def _why(x: lay.Layout, hw: lay.Hardware) -> str:
     ] or ["one GPU, no communication"]
     bubble = f"; bubble {x.comm.bubble:.1%} of compute ({x.microbatches} micro-batches)" if x.pipeline > 1 else ""
     return (
-        f"{x.label}: {'; '.join(groups)}. {lay.gb(x.memory.total)} of {lay.gb(x.capacity_gb)} GB per GPU ({lay.gb(x.headroom_gb)} GB free); "
+        f"{x.label}: {'; '.join(groups)}. {lay.gb(x.memory.total)} of {lay.gb(x.capacity_gb)} GB per GPU ({lay.gb(x.headroom_gb)} GB "
+        "free); "
         f"{_seconds(x.comm.total_s)} s of communication per step{bubble}."
     )
 
@@ -260,7 +353,11 @@ def _table(i: _Inputs, shown: list[lay.Layout], feasible: int, rejected: list[la
     console = Console(width=None if sys.stdout.isatty() else 1000, highlight=False)
     for key, text in _context(i):
         console.print(f"{key:<10} {text}", markup=False)
-    console.print(f"\nFeasible layouts, best first ({len(shown)} of {feasible} shown): memory per GPU in GB; seconds per step; node/net = the group's link", markup=False)
+    console.print(
+        f"\nFeasible layouts, best first ({len(shown)} of {feasible} shown): memory per GPU in GB; seconds per step; node/net = the "
+        "group's link",
+        markup=False,
+    )
     table = Table(*HEADER, box=None, pad_edge=False, header_style="bold")
     for rank, x in enumerate(shown, 1):
         table.add_row(*_row(rank, x))
@@ -289,7 +386,12 @@ def _json(i: _Inputs, shown: list[lay.Layout], feasible: int, rejected: list[lay
     document = {
         "model": asdict(i.model),
         "hardware": {**asdict(i.hardware), "sources": i.sources},
-        "training": {"micro_batch": i.micro_batch, "global_batch": i.global_batch, "zero_stages": list(i.zero_stages), "recompute": i.recompute},
+        "training": {
+            "micro_batch": i.micro_batch,
+            "global_batch": i.global_batch,
+            "zero_stages": list(i.zero_stages),
+            "recompute": i.recompute,
+        },
         "feasible_count": feasible,
         "feasible": [_record(x, rank) for rank, x in enumerate(shown, 1)],
         "rejected": [_record(x) for x in rejected],
@@ -310,7 +412,12 @@ def _record(x: lay.Layout, rank: int | None = None) -> dict:
         "memory_gb": {k: round(v, 4) for k, v in (*asdict(m).items(), ("total", m.total))},
         "capacity_gb": x.capacity_gb,
         "headroom_gb": round(x.headroom_gb, 4),
-        "comm_s": {"data": round(c.data_s, 6), "tensor": round(c.tensor_s, 6), "pipeline": round(c.pipeline_s, 6), "total": round(c.total_s, 6)},
+        "comm_s": {
+            "data": round(c.data_s, 6),
+            "tensor": round(c.tensor_s, 6),
+            "pipeline": round(c.pipeline_s, 6),
+            "total": round(c.total_s, 6),
+        },
         "links": {"data": c.data_link, "tensor": c.tensor_link, "pipeline": c.pipeline_link},
         "bubble": round(c.bubble, 6),
         "bubble_s": None if c.bubble_s is None else round(c.bubble_s, 6),

@@ -12,12 +12,20 @@ from orchestrator.cli.options import cluster_option, project_option, table
 @click.command()
 @click.argument("targets", nargs=-1)
 @cluster_option()
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None, help="Output folder [default: .orchestrator/scripts/CLUSTER].")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output folder [default: .orchestrator/scripts/CLUSTER].",
+)
 @click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
 @click.option("--check", "do_check", is_flag=True, help="Check every plan and script (bash -n, shellcheck); exit non-zero on any problem.")
 @click.option("--no-shellcheck", is_flag=True, help="With --check: skip shellcheck.")
 @project_option
-def render(targets: tuple[str, ...], cluster: str | None, out: Path | None, form: str | None, do_check: bool, no_shellcheck: bool, project: Path) -> None:
+def render(
+    targets: tuple[str, ...], cluster: str | None, out: Path | None, form: str | None, do_check: bool, no_shellcheck: bool, project: Path
+) -> None:
     """Write the job script of every matrix item that calls `orchestrator run`.
 
     TARGETS are stage names, item names (stage@...) or globs; default: all.

@@ -118,7 +118,9 @@ def problems(binding: Binding, tasks: int, logical_cpus: int, reserved: frozense
             found.append(f"task {task}: empty CPU mask")
         missing = {c for c in cores if c >= logical_cpus}
         if missing:
-            found.append(f"task {task}: mask {mask_of(cores)} names cores {format_cpulist(missing)} the node lacks (it has 0-{logical_cpus - 1})")
+            found.append(
+                f"task {task}: mask {mask_of(cores)} names cores {format_cpulist(missing)} the node lacks (it has 0-{logical_cpus - 1})"
+            )
         taken = cores & reserved
         if taken:
             found.append(f"task {task}: mask {mask_of(cores)} names reserved cores {format_cpulist(taken)}")

@@ -202,7 +202,10 @@ def load(name_or_path: str) -> LoadedProfile:
     if not builtin.is_file():
         raise ProfileError(
             f"unknown cluster {name_or_path!r}",
-            hints=[f"built-in profiles: {', '.join(builtin_names())}", "or pass the path to a profile file (see `orchestrator clusters show NAME --format yaml`)"],
+            hints=[
+                f"built-in profiles: {', '.join(builtin_names())}",
+                "or pass the path to a profile file (see `orchestrator clusters show NAME --format yaml`)",
+            ],
         )
     return _load_file(builtin, source="built-in")
 
@@ -239,11 +242,15 @@ def problems(p: Profile) -> list[str]:
             found.append(f"scheduler.default_partition {s.default_partition!r} is not one of: {', '.join(s.partitions) or '(none)'}")
     elif s.launcher != "local":
         found.append(f"scheduler.launcher: a profile without Slurm (kind: none) runs jobs locally; use 'local', not {s.launcher!r}")
-    for what, value in [("scheduler.default_time", s.default_time)] + [(f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()]:
+    for what, value in [("scheduler.default_time", s.default_time)] + [
+        (f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()
+    ]:
         if not times.is_valid(value):
             found.append(f"{what}: {value!r} is not a Slurm time ({times.FORMS_HELP})")
     if s.requeue_signal is not None and not _SIGNAL.fullmatch(s.requeue_signal):
-        found.append(f"scheduler.requeue_signal {s.requeue_signal!r}: expected SIGNAL@SECONDS such as USR1@90 (every task gets it, so no B:)")
+        found.append(
+            f"scheduler.requeue_signal {s.requeue_signal!r}: expected SIGNAL@SECONDS such as USR1@90 (every task gets it, so no B:)"
+        )
     if s.max_requeues < 0:
         found.append("scheduler.max_requeues must be 0 or more")
     if s.node_fault_retries < 0:
@@ -300,7 +307,9 @@ def _node_problems(n: Node) -> list[str]:
                 found.append(f"node.cpu_masks[{i}]: {exc}")
     elif n.gpus:
         if len(n.gpu_cores) != n.gpus:
-            found.append(f"node.gpu_cores: {len(n.gpu_cores)} entr(ies) for {n.gpus} GPU(s); list the closest cores of every GPU, or give cpu_masks")
+            found.append(
+                f"node.gpu_cores: {len(n.gpu_cores)} entr(ies) for {n.gpus} GPU(s); list the closest cores of every GPU, or give cpu_masks"
+            )
         for i, c in enumerate(n.gpu_cores):
             try:
                 cores = binding.parse_cpulist(c)
@@ -333,7 +342,10 @@ def _environment_problems(p: Profile) -> list[str]:
         found.append("container.image is set but container.runtime is not (apptainer or singularity)")
     for name in e.variables:
         if _SECRET_NAME.search(name):
-            found.append(f"environment.variables.{name}: looks like a secret, and a profile's values are written into every script: list it in params.yaml's orchestrator.secrets instead (passed by name)")
+            found.append(
+                f"environment.variables.{name}: looks like a secret, and a profile's values are written into every script: list it in "
+                "params.yaml's orchestrator.secrets instead (passed by name)"
+            )
     if e.master_addr_suffix and not re.fullmatch(r"[A-Za-z0-9.-]+", e.master_addr_suffix):
         found.append(f"environment.master_addr_suffix {e.master_addr_suffix!r}: expected host name characters (letters, digits, '.', '-')")
     if p.container.gpu_flag not in (None, "--nv", "--rocm"):

@@ -11,8 +11,13 @@ def describe(loaded: LoadedProfile) -> str:
     s, n, c = p.scheduler, p.node, p.container
     lines = [f"{p.name}: {p.description}", f"  source: {loaded.source}", ""]
     if p.uses_slurm:
-        lines.append(f"scheduler: slurm (launcher {s.launcher}), account {s.account_pattern!r}" + (f", e.g. {s.account_example}" if s.account_example else ""))
-        lines.append(f"  default partition {s.default_partition}, default time {s.default_time}, requeue signal {s.requeue_signal or 'none'}")
+        lines.append(
+            f"scheduler: slurm (launcher {s.launcher}), account {s.account_pattern!r}"
+            + (f", e.g. {s.account_example}" if s.account_example else "")
+        )
+        lines.append(
+            f"  default partition {s.default_partition}, default time {s.default_time}, requeue signal {s.requeue_signal or 'none'}"
+        )
         for name, part in s.partitions.items():
             extra = ", whole nodes" if part.whole_node else ""
             lines.append(f"  partition {name}: up to {part.max_nodes} nodes, {part.max_time}{extra}")

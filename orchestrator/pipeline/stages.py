@@ -168,7 +168,10 @@ def select(items: Sequence[Item], targets: Sequence[str]) -> list[Item]:
         names = sorted({i.group for i in items})
         raise PipelineError(
             f"no stage matches {', '.join(map(repr, unknown))}",
-            hints=[f"stages: {', '.join(names) or '(none)'}", "a target is a stage name, an item name (stage@...) or a glob such as 'benchmark@*-key3'"],
+            hints=[
+                f"stages: {', '.join(names) or '(none)'}",
+                "a target is a stage name, an item name (stage@...) or a glob such as 'benchmark@*-key3'",
+            ],
         )
     return chosen
 
@@ -200,7 +203,12 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
             continue
         args = runargs.run_args_of(argv)
         if args is None:
-            problems.append((item.name, "its cmd looks like `orchestrator run ...` but is not plain words: write it as `orchestrator run [OPTIONS] -- COMMAND`"))
+            problems.append(
+                (
+                    item.name,
+                    "its cmd looks like `orchestrator run ...` but is not plain words: write it as `orchestrator run [OPTIONS] -- COMMAND`",
+                )
+            )
             continue
         if item.removable:
             # Once per stage: a matrix would repeat it for every item.
@@ -212,4 +220,3 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
         except PipelineError as exc:
             problems.append((item.name, exc.headline))
     return found, problems
-

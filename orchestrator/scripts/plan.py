@@ -149,7 +149,9 @@ def make_plan(
         if not patterns.DIRECTIVE_SAFE.fullmatch(arg):
             problems.append(f"{arg!r} has characters a Slurm directive cannot carry (allowed: letters, digits and ._@%:/+=,-)")
 
-    problems += [f"orchestrator.secrets: {n!r} is not an environment variable name" for n in settings.secrets if not patterns.ENV_NAME.fullmatch(n)]
+    problems += [
+        f"orchestrator.secrets: {n!r} is not an environment variable name" for n in settings.secrets if not patterns.ENV_NAME.fullmatch(n)
+    ]
     if inputs is not None:  # a dvc.yaml item (not an ad-hoc job): its deps must name the image
         problems += _image_problems(p, job, settings)
     env = _environment(p, job, item, tasks, name, cpus_per_task)
@@ -197,7 +199,9 @@ def make_plan(
 def _resource_problems(job: JobSpec, p: Profile, tasks: int) -> list[str]:
     found = []
     if not p.uses_slurm and job.nodes != 1:
-        found.append(f"asks for {job.nodes} nodes, but profile {p.name!r} runs on this one machine: use a Slurm profile (e.g. --cluster testbed)")
+        found.append(
+            f"asks for {job.nodes} nodes, but profile {p.name!r} runs on this one machine: use a Slurm profile (e.g. --cluster testbed)"
+        )
     if p.node.gpus:
         if tasks > p.node.gpus:
             found.append(f"asks for {tasks} GPUs per node, but {p.name} nodes have {p.node.gpus}")
@@ -230,12 +234,16 @@ def _image_problems(p: Profile, job: JobSpec, settings: Settings) -> list[str]:
     return []
 
 
-def _slurm_problems(job: JobSpec, p: Profile, account: str | None, partition_name: str | None, partition: Partition | None, time: str) -> list[str]:
+def _slurm_problems(
+    job: JobSpec, p: Profile, account: str | None, partition_name: str | None, partition: Partition | None, time: str
+) -> list[str]:
     s = p.scheduler
     found = []
     example = f" such as {s.account_example}" if s.account_example else ""
     if not account:
-        found.append(f"no account: set orchestrator.account in params.yaml or pass --account (an account{example} matching {s.account_pattern!r})")
+        found.append(
+            f"no account: set orchestrator.account in params.yaml or pass --account (an account{example} matching {s.account_pattern!r})"
+        )
     elif not re.fullmatch(s.account_pattern, account):
         found.append(f"account {account!r} does not match {p.name}'s pattern {s.account_pattern!r} (e.g. {s.account_example or '...'})")
     if partition is None:

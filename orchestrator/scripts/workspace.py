@@ -50,7 +50,17 @@ class Workspace:
         run from a copy on fast storage; an ad-hoc job runs where it is."""
         item = job.item
         inputs = item.inputs if staged else None
-        return make_plan(job.spec, item.name, item.wdir, self.profile, self.params.settings, self.workspace, self.form, inputs=inputs, outputs=item.outputs)
+        return make_plan(
+            job.spec,
+            item.name,
+            item.wdir,
+            self.profile,
+            self.params.settings,
+            self.workspace,
+            self.form,
+            inputs=inputs,
+            outputs=item.outputs,
+        )
 
     def script_path(self, plan: Plan) -> Path:
         return self.root / SCRIPTS_DIR / safe_name(self.cluster) / render.filename(plan)

@@ -81,7 +81,9 @@ def _converter():
     conv.register_structure_hook(float, strict(float, (int, float)))
     # Numbers are accepted where text is expected (an account such as 465000858).
     conv.register_structure_hook(str, strict(str, (str, int, float)))
-    conv.register_structure_hook(Hex, lambda v, _: Hex(hex(v) if isinstance(v, int) and not isinstance(v, bool) else strict(str, (str,))(v, str)))
+    conv.register_structure_hook(
+        Hex, lambda v, _: Hex(hex(v) if isinstance(v, int) and not isinstance(v, bool) else strict(str, (str,))(v, str))
+    )
 
     # cattrs makes a tuple of any iterable: a mapping's keys, a string's characters.
     # YAML that means a list must be one.
