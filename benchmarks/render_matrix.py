@@ -60,8 +60,10 @@ stages:
       --output {RESULT}
     deps:
       - experiments
+      - containers/${{orchestrator.image}}.digest
     params:
       - orchestrator.cluster
+      - orchestrator.image
       - bench
     outs:
       - {RESULT}/model:
@@ -86,12 +88,15 @@ def make_project(root: Path, n: int) -> None:
     d, m, _ = shape(n)
     cfgs = "\n".join(f"    - {{num_nodes: {a}, num_gpus: {b}}}" for a, b in CFGS)
     (root / "params.yaml").write_text(
-        "orchestrator:\n  cluster: lumi\n  account: project_465000858\n\nbench:\n"
+        "orchestrator:\n  cluster: lumi\n  account: project_465000858\n  image: lumi\n\nbench:\n"
         f"  datasets: [{', '.join(f'ds{i:02d}' for i in range(d))}]\n"
         f"  models: [{', '.join(f'model{i:03d}' for i in range(m))}]\n  device_cfgs:\n{cfgs}\n"
     )
     (root / "dvc.yaml").write_text(DVC_YAML)
     (root / "experiments").mkdir()
+    # The image the lumi profile's tasks run in, as a stage dependency (as in this project's dvc.yaml).
+    (root / "containers").mkdir()
+    (root / "containers" / "lumi.digest").write_text("sha256:" + "0" * 64 + "\n")
     scm = shutil.which("git") is not None
     if scm:
         subprocess.run(["git", "init", "-q"], cwd=root, check=True)

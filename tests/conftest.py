@@ -1,4 +1,9 @@
-"""Shared fixtures: throwaway DVC projects, tool requirements, golden-file updates."""
+"""Fixtures, for unit/ and integration/ alike: throwaway projects, golden-file updates,
+and the real components (the Slurm testbed, Apptainer and the CI image, an sshd on loopback).
+
+Plain helpers live in support.py and test doubles in fakes.py (tests/ is on sys.path:
+pyproject.toml's pytest pythonpath).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+# The helpers' own asserts get pytest's detailed messages too; registered before they are imported.
+pytest.register_assert_rewrite("fakes", "support")
+
+from support import ROOT, container_cli, fabricate, invoke, make_project, make_tiny, require_root_and_apt, skip_or_fail  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -25,44 +33,34 @@ def update_goldens(request) -> bool:
     return request.config.getoption("--update-goldens") or os.environ.get("UPDATE_GOLDENS") == "1"
 
 
-def skip_or_fail(reason: str) -> None:
-    """Skip with ``reason``; under CI=true, where every test must run, fail instead."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}, and CI=true: CI must run this test (the test command installs what it needs)")
-    pytest.skip(reason)
-
-
-def require(tool: str) -> str:
-    """The path of ``tool``; skip (fail under CI) without it."""
-    path = shutil.which(tool)
-    if path is None:
-        skip_or_fail(f"{tool} is not installed")
-    return path
-
-
-def require_root_and_apt(what: str) -> None:
-    """Skip (fail under CI) unless ``what`` can install Debian packages and start daemons."""
-    if os.geteuid() != 0:
-        skip_or_fail(f"{what} needs root")
-    if shutil.which("apt-get") is None:
-        skip_or_fail(f"{what} needs Debian's apt-get")
-
-
-def make_project(where: Path, dvc_yaml: str | None = None, params_yaml: str | None = None) -> Path:
-    """A DVC project (no git) with the shipped pipeline, or the given files."""
-    where.mkdir(parents=True, exist_ok=True)
-    (where / "dvc.yaml").write_text(dvc_yaml if dvc_yaml is not None else (ROOT / "dvc.yaml").read_text())
-    (where / "params.yaml").write_text(params_yaml if params_yaml is not None else (ROOT / "params.yaml").read_text())
-    # The shipped stages depend on the image's digest file (none.digest: no image).
-    (where / "containers").mkdir(exist_ok=True)
-    shutil.copy(ROOT / "containers/none.digest", where / "containers/none.digest")
-    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=where, check=True)
-    return where
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """A DVC project (no git) with the shipped pipeline and params."""
+    return make_project(tmp_path / "project")
 
 
 @pytest.fixture
-def project(tmp_path) -> Path:
-    return make_project(tmp_path / "project")
+def testbed_project(tmp_path) -> Path:
+    """A folder whose params.yaml names the testbed profile and its account (no DVC project):
+    all `orchestrator run` of one item needs, against a fake Slurm."""
+    (tmp_path / "params.yaml").write_text("orchestrator:\n  cluster: testbed\n  account: project_465000858\n")
+    return tmp_path
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    """A project with a tiny scratch image and the real localimage template (support.make_tiny)."""
+    return make_tiny(tmp_path / "proj")
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory) -> Path:
+    """`orchestrator report` of support.fabricate's results tree: its reports/ folder."""
+    project = fabricate(tmp_path_factory.mktemp("report") / "project")
+    done = invoke("report", "--project", str(project), "--no-accounting")
+    assert done.exit_code == 0, done.output
+    assert "1 missing, weak scaling, baseline 1x1" in done.output and "missing: benchmark@pydoc-topics-tiny-device_cfg3" in done.output
+    return project / "reports"
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +79,7 @@ def slurm_testbed():
     return settings
 
 
-# --- a real sshd on loopback, for tests/test_ship.py (marked ssh) -------------------------
+# --- a real sshd on loopback, for the ssh tests (marked ssh) -------------------------
 
 SSH_PACKAGES = {"sshd": "openssh-server", "ssh": "openssh-client", "ssh-keygen": "openssh-client", "rsync": "rsync"}
 
@@ -218,16 +216,6 @@ def apptainer() -> str:
 IMAGE_CACHE = Path(os.environ.get("ORCHESTRATOR_IMAGE_CACHE", "/var/cache/orchestrator-images"))
 
 
-def cli(*args: str, cwd: Path = ROOT, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, float]:
-    """`orchestrator container ...` in a fresh process, and its wall time."""
-    import sys
-    import time
-
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "orchestrator", "container", *args], cwd=cwd, check=False, capture_output=True, text=True, timeout=timeout)
-    return proc, time.perf_counter() - start
-
-
 @pytest.fixture(scope="session")
 def ci_image(apptainer) -> Path:
     """The project's CI image, in the persistent cache under its content hash
@@ -238,7 +226,7 @@ def ci_image(apptainer) -> Path:
 
     key = current_hash(ROOT, "ci").removeprefix("sha256:")[:16]
     out = IMAGE_CACHE / f"ci-{key}.sif"
-    proc, seconds = cli("build", "ci", "--output", str(out), "--digest-file", str(out.with_suffix(".digest")))
+    proc, seconds = container_cli("build", "ci", "--output", str(out), "--digest-file", str(out.with_suffix(".digest")))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     print(f"ci image: {proc.stdout.strip()} [{seconds:.1f} s]")
     for old in sorted(IMAGE_CACHE.glob("ci-*.sif"), key=lambda p: p.stat().st_mtime, reverse=True)[3:]:

@@ -1,14 +1,20 @@
-"""Test doubles at the subprocess boundary: a runner that records argv and answers
-from canned Slurm output (captured from the testbed), and starts fake child processes."""
+"""Test doubles, all in one place: runners at the subprocess boundary (one that records
+argv and answers from canned Slurm output captured from the testbed, a fake Slurm for
+`submit`, real runners with one thing changed), clocks, and stand-ins for DVC, Lightning
+and Hugging Face `datasets` objects."""
 
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
-from orchestrator.util.runner import Completed
+from support import ACCOUNT
+
+from orchestrator.util.runner import Completed, SubprocessRunner
 
 Answer = Completed | Callable[[Sequence[str]], Completed]
 
@@ -71,3 +77,235 @@ class FakeRunner:
 
     def called(self, name: str) -> list[list[str]]:
         return [c for c in self.calls if c[0] == name]
+
+
+# --- a fake Slurm for `orchestrator run` and `submit` ------------------------------------------
+
+PING = ok("Slurmctld(primary) at host is UP\n")
+CONFIG = ok("ClusterName             = testbed\n")
+
+
+def sacct_sequence(*states):
+    """sacct answers: one state per call, the last one repeated."""
+    answers = list(states)
+
+    def answer(argv):
+        job = argv[argv.index("-j") + 1]
+        state = answers.pop(0) if len(answers) > 1 else answers[0]
+        code = "1:0" if state == "FAILED" else "0:0"
+        return Completed(tuple(argv), 0, f"{job}|{state}|{code}|5|2|node[1-2]|None\n", "")
+
+    return answer
+
+
+def fake_slurm(**overrides):
+    """A FakeRunner as the testbed answers: controller up, the account known, job 101
+    pending, running, then completed; ``overrides`` replace answers by command name."""
+    answers = {
+        "scontrol": lambda argv: (PING if argv[1] == "ping" else CONFIG)(argv),
+        "sacctmgr": ok(f"{ACCOUNT}\n"),
+        "sbatch": ok("101\n"),
+        "sacct": sacct_sequence("PENDING", "RUNNING", "COMPLETED"),
+        "squeue": ok(""),
+    }
+    answers.update(overrides)
+    return FakeRunner(answers)
+
+
+class FakeSlurm:
+    """sbatch hands out 101, 102, ...; sacct reports each job in the state ``states`` gives it."""
+
+    def __init__(self) -> None:
+        self.next_id = 101
+        self.states: dict[str, str] = {}
+        self.refuse: dict[str, str] = {}  # script file name -> sbatch's stderr
+        self.runner = FakeRunner(
+            {
+                "sbatch": self.sbatch,
+                "sacct": self.sacct,
+                "squeue": ok(""),
+                "scontrol": lambda argv: ok("Slurmctld(primary) at host is UP\n" if argv[1] == "ping" else "ClusterName = testbed\n")(argv),
+                "sacctmgr": ok(f"{ACCOUNT}\n"),
+            }
+        )
+
+    def sbatch(self, argv):
+        name = Path(argv[-1]).name
+        if name in self.refuse:
+            return Completed(tuple(argv), 1, "", self.refuse[name])
+        job = str(self.next_id)
+        self.next_id += 1
+        self.states[job] = "PENDING"
+        return Completed(tuple(argv), 0, f"{job}\n", "")
+
+    def sacct(self, argv):
+        asked = argv[argv.index("-j") + 1].split(",")
+        lines = [f"{job}|{self.states[job]}|0:0|5|1|node1|None\n" for job in asked if job in self.states]
+        return Completed(tuple(argv), 0, "".join(lines), "")
+
+    def sbatch_calls(self) -> dict[str, list[str]]:
+        """sbatch's argv by the script it submitted (file name without suffix), in call order."""
+        return {Path(argv[-1]).stem: argv for argv in self.runner.called("sbatch")}
+
+
+# --- runners that only record (the testbed's) ---------------------------------------------------
+
+
+class RecordingRunner:
+    """Records every argv and answers success; a spawn is a test failure (the testbed runs its commands to the end)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, argv, *, input=None, timeout=None):
+        self.calls.append(tuple(argv))
+        return Completed(tuple(argv), 0, "", "")
+
+    def spawn(self, argv, cwd=None):
+        self.calls.append(tuple(argv))
+        raise AssertionError(f"the testbed runs its commands to the end; it spawned {argv!r}")
+
+    def which(self, name):
+        return f"/usr/bin/{name}"
+
+
+class FailingRunner(RecordingRunner):
+    """Every command fails as a slurmctld with a bad config does."""
+
+    def run(self, argv, *, input=None, timeout=None):
+        return Completed(tuple(argv), 1, "", "slurmctld: fatal: bad config")
+
+
+# --- real runners with one thing changed ---------------------------------------------------------
+
+
+class NoShellcheck(SubprocessRunner):
+    """Finds no tool on PATH (shellcheck among them); runs what it is given."""
+
+    def which(self, name):
+        return None
+
+
+class NoRsyncRunner(SubprocessRunner):
+    """A machine without rsync: the push falls back to scp."""
+
+    def which(self, name):
+        return None if name == "rsync" else super().which(name)
+
+
+class KillingRunner(SubprocessRunner):
+    """Runs rsync slowly (--bwlimit) and kills it once ``part`` holds ``kill_at`` bytes."""
+
+    def __init__(self, part: Path, kill_at: int) -> None:
+        self.part, self.kill_at, self.killed_at = part, kill_at, 0
+
+    def run(self, argv, *, input=None, timeout=None):
+        if argv[0] != "rsync":
+            return super().run(argv, input=input, timeout=timeout)
+        argv = [argv[0], "--bwlimit=8000", *argv[1:]]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while proc.poll() is None and time.monotonic() < deadline:
+            if self.part.exists() and self.part.stat().st_size >= self.kill_at:
+                self.killed_at = self.part.stat().st_size
+                proc.kill()
+                break
+            time.sleep(0.01)
+        out, err = proc.communicate()
+        return Completed(tuple(argv), proc.returncode, out, err)
+
+
+class CorruptingRunner(SubprocessRunner):
+    """Flips a byte of the transferred file after rsync, as a bad disk or link would."""
+
+    def __init__(self, part: Path) -> None:
+        self.part = part
+
+    def run(self, argv, *, input=None, timeout=None):
+        done = super().run(argv, input=input, timeout=timeout)
+        if argv[0] == "rsync":
+            with self.part.open("r+b") as f:
+                f.seek(1000)
+                byte = f.read(1)
+                f.seek(1000)
+                f.write(bytes([byte[0] ^ 0xFF]))
+        return done
+
+
+# --- clocks ----------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """`orchestrator run`'s clock: sleeping only moves the time on, and is recorded."""
+
+    def __init__(self):
+        self.t = 1000.0
+        self.sleeps = []
+
+    def now(self):
+        return self.t
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.t += s
+
+
+class ManualClock:
+    """A monotonic clock (a callable) that says ``now``, which the test sets."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- stand-ins for DVC, Lightning and `datasets` objects -------------------------------------------
+
+
+class FakeRepo:
+    """What Fingerprinter asks DVC: an item's wdir and its deps (path and hash)."""
+
+    def __init__(self, root: Path, deps: dict[str, list[str]]) -> None:
+        self.collected: list[str] = []
+
+        def collect(name):
+            self.collected.append(name)
+            found = [SimpleNamespace(def_path=d, get_hash=lambda d=d: f"md5:{d}") for d in deps[name]]
+            return (SimpleNamespace(wdir=str(root), deps=found),)
+
+        self.stage = SimpleNamespace(collect=collect)
+
+
+class FakeStrategy:
+    """A Lightning strategy's reduce over ``ranks`` ranks that all measured the same."""
+
+    def __init__(self, ranks: int = 1) -> None:
+        self.ranks = ranks
+
+    def reduce(self, tensor, reduce_op):
+        assert reduce_op == "sum"
+        return tensor * self.ranks  # every rank measured the same
+
+
+class RecordingLogger:
+    """A Lightning logger that keeps what log_metrics was given (as numbers)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def log_metrics(self, metrics, step):
+        assert not any(v.requires_grad for v in metrics.values())  # detached: no graph kept alive
+        self.calls.append((step, {k: v.item() for k, v in metrics.items()}))
+
+
+class FakeDataset(dict):
+    """What our reader uses of a `datasets` Dataset: column_names and a column by name."""
+
+    @property
+    def column_names(self):
+        return list(self)
+
+
+class FakeDatasetDict(dict):
+    """What our reader uses of a `datasets` DatasetDict: its splits by name."""

@@ -1,0 +1,173 @@
+"""Jobs inside the image on the real testbed: every task in `apptainer exec`, with
+container variables leaked into the launching environment, Slurm's rank variables
+reaching Lightning."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from support import (
+    ACCOUNT,
+    ROOT,
+    dvc,
+    make_project,
+    release_requeued,
+    require_torch,
+    slurm_seconds,
+    wait_for_requeue,
+    wait_until_training,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.apptainer]
+
+LEAKED = {"SINGULARITY_BIND": "/leaked/singularity/path", "APPTAINER_BIND": "/leaked/apptainer/path", "APPTAINER_BINDPATH": "/leaked/too"}
+PROBE = """\
+import json, os, sys
+out = sys.argv[1]
+os.makedirs(out, exist_ok=True)
+mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
+keys = (
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_JOB_ID",
+    "APPTAINER_CONTAINER", "APPTAINER_BIND", "SINGULARITY_BIND",
+)
+record = {k: os.environ.get(k) for k in keys}
+record["mounts"] = mounts
+record["cwd"] = os.getcwd()
+with open(os.path.join(out, "rank" + os.environ["SLURM_PROCID"] + ".json"), "w") as f:
+    json.dump(record, f)
+"""
+
+
+def container_profile(tmp: Path, image: Path) -> Path:
+    data = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
+    data["name"] = "testbed-apptainer"
+    data["container"] = {"runtime": "apptainer", "image": str(image)}
+    data["storage"] = {"workdir_root": str(tmp / "fast") + "/root"}
+    path = tmp / "testbed-apptainer.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def container_project(
+    tmp: Path, image: Path, device_cfgs: list[dict], max_steps: int, stages: dict | None = None, batch_size: int = 16
+) -> Path:
+    """The shipped pipeline on the testbed with every task in the CI image: params name
+    the image, and its digest file (what `container build` writes) is in place."""
+    profile = container_profile(tmp, image)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["orchestrator"] = {"cluster": str(profile), "account": ACCOUNT, "image": "ci"}
+    params["benchmark"].update(models=["tiny"], device_cfgs=device_cfgs, max_steps=max_steps, batch_size=batch_size)
+    pipeline = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    pipeline["stages"].update(stages or {})
+    project = make_project(
+        tmp / "p", dvc_yaml=yaml.safe_dump(pipeline, sort_keys=False), params_yaml=yaml.safe_dump(params, sort_keys=False)
+    )
+    shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(image.with_suffix(".digest"), project / "containers/ci.digest")
+    return project
+
+
+@pytest.mark.slow
+def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_testbed, ci_image, tmp_path):
+    require_torch()
+    probe = {
+        "cmd": "orchestrator run --nodes 2 --gpus-per-node 2 -- python probe.py out",
+        "deps": ["probe.py", "containers/${orchestrator.image}.digest"],
+        "outs": [{"out": {"persist": True}}],
+    }
+    project = container_project(tmp_path, ci_image, [{"num_nodes": 2, "num_gpus": 2}], 10, {"probe": probe})
+    (project / "probe.py").write_text(PROBE)
+
+    done = dvc(project, "repro", "benchmark", "probe", env=LEAKED, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+    workspace = str(project.resolve())
+    fast = tmp_path / "fast" / "root"
+    ranks = [json.loads(p.read_text()) for p in sorted((project / "out").glob("rank*.json"))]
+    assert sorted(r["SLURM_PROCID"] for r in ranks) == ["0", "1", "2", "3"]
+    for r in ranks:
+        assert r["APPTAINER_CONTAINER"] == str(ci_image)  # really inside the image
+        assert r["SLURM_NTASKS"] == "4" and r["SLURM_JOB_ID"]
+        assert workspace in r["mounts"] and any(m.startswith(str(fast)) for m in r["mounts"])
+        assert not any(m.startswith("/leaked") for m in r["mounts"])  # the leaked binds were cleared
+        # Apptainer tells the task what it bound: exactly the declared binds (the
+        # workspace and the fast working dir), none of the leaked ones.
+        for name in ("APPTAINER_BIND", "SINGULARITY_BIND"):
+            assert set(r[name].split(",")) == {workspace, f"{fast}/probe"}, r[name]
+        # Staging: the task ran from the copy on fast storage, and its outputs came back.
+        assert r["cwd"] == f"{fast}/probe/work", r["cwd"]
+    assert not (fast / "probe").exists()  # scratch cleaned up after success
+
+    metrics = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/metrics.json").read_text())
+    assert metrics["world_size"] == 4 and metrics["cluster_environment"] == "SLURMEnvironment"
+    log = next((project / ".orchestrator/logs").glob("benchmark@*-*.log")).read_text()
+    lines = [line for line in log.splitlines() if line.startswith("rank ") and "env=SLURMEnvironment" in line]
+    assert len(lines) == 4, log[-3000:]
+    script = next((project / ".orchestrator/scripts").rglob("benchmark@*.sbatch")).read_text()
+    assert "exec apptainer exec" in script and str(ci_image) in script
+
+    # The image digest is a dependency of the stages: a new image makes them stale.
+    assert dvc(project, "status", "benchmark", "probe", "--json").stdout.strip() == "{}"
+    (project / "containers/ci.digest").write_text("sha256:" + "0" * 64 + "\n")  # what a rebuild writes
+    stale = json.loads(dvc(project, "status", "benchmark", "probe", "--json").stdout)
+    assert set(stale) == {"benchmark@pydoc-topics-tiny-device_cfg0", "probe"}, stale
+    assert all({"changed deps": {"containers/ci.digest": "modified"}} in v for v in stale.values()), stale
+
+
+@pytest.mark.slow
+def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_image, tmp_path):
+    """A real time limit runs out: Slurm sends the requeue signal into the container,
+    the training checkpoints, the batch script (outside, where scontrol is) copies the
+    outputs back and requeues, and the next run resumes from the checkpoint."""
+    require_torch()
+    # About 2 minutes of training (0.2 s a step here): the limit is cut a few seconds in.
+    project = container_project(tmp_path, ci_image, [{"num_nodes": 1, "num_gpus": 2}], 600, batch_size=64)
+    item = "benchmark@pydoc-topics-tiny-device_cfg0"
+    result = project / "results/benchmark/pydoc-topics/tiny/1x2"
+    repro = subprocess.Popen(
+        ["dvc", "repro", "benchmark"],
+        cwd=project,
+        env={**os.environ, "ORCH_POLL_MAX_S": "2"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        job_id, log = wait_until_training(project, item, repro, 240)
+        # The job was submitted with the stage's 30 minutes; cut its limit to run out in
+        # 95 s. The signal (USR1@30) comes 30 s before, or up to 60 s earlier than that
+        # (Slurm checks limits periodically): 5 to 65 s from now, while training runs.
+        elapsed = slurm_seconds(
+            subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%M"], capture_output=True, text=True, check=True).stdout.strip()
+        )
+        limit = elapsed + 95
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", f"TimeLimit={limit // 60}:{limit % 60:02d}"], check=True)
+        assert wait_for_requeue(job_id, 180), log.read_text()[-4000:]
+        # Copied back before the requeue: the next run, wherever it lands, resumes from it.
+        assert (result / "model/requeue.ckpt").is_file()
+        release_requeued(job_id, "TimeLimit=30:00")  # the second run gets its time back to finish
+        out, _ = repro.communicate(timeout=900)
+    finally:
+        if repro.poll() is None:
+            repro.kill()
+    assert repro.returncode == 0, out[-4000:]
+    text = log.read_text()
+    assert "on the requeue signal; exiting 75" in text and "requeueing job" in text, text[-4000:]
+    assert "Restored all states from the checkpoint" in text or "Restoring states from the checkpoint path" in text, text[-4000:]
+    runs = subprocess.run(
+        ["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=JobIDRaw,State"], capture_output=True, text=True
+    ).stdout.split()
+    assert [r.split("|")[1] for r in runs] == ["REQUEUED", "COMPLETED"], runs
+    metrics = json.loads((result / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["max_steps"] == 600
+    assert json.loads((result / "provenance.json").read_text())["requeues"] == 1
+    assert sorted(p.name for p in (result / "model").iterdir()) == ["model.ckpt"]  # the requeue checkpoint is gone
+    assert not (tmp_path / "fast/root" / item).exists()
+    script = next((project / ".orchestrator/scripts").rglob(f"{item}.sbatch")).read_text()
+    assert "exec apptainer exec" in script

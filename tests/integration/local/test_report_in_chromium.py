@@ -1,0 +1,79 @@
+"""The report's page (the `reported` fixture: `orchestrator report` of a fabricated results tree)
+in headless Chromium: every figure rendered, nothing fetched."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from support import require_root_and_apt, skip_or_fail
+
+CHECK_IMAGES = """<script>
+window.addEventListener('load', () => {
+  const imgs = [...document.images];
+  const bad = imgs.filter(i => !i.complete || i.naturalWidth === 0).map(i => i.alt);
+  const marker = document.createElement('pre');
+  marker.id = 'image-check';
+  marker.textContent = 'images=' + imgs.length + ' broken=' + bad.length + ' [' + bad.join('|') + ']';
+  document.body.appendChild(marker);
+});
+</script>"""
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or (os.access("/usr/bin/chromium", os.X_OK) and "/usr/bin/chromium")
+    if path:
+        return path
+    if os.environ.get("CI") != "true":
+        pytest.skip("Debian's chromium is not installed (under CI=true the test installs it: apt-get install -y chromium)")
+    require_root_and_apt("installing chromium")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"], check=True, env=env, capture_output=True, timeout=1200
+    )
+    path = shutil.which("chromium")
+    if not path:
+        skip_or_fail("apt-get installed chromium but there is no chromium command")
+    return path
+
+
+def headless(browser: str, profile_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    # --no-sandbox: tests run as root in containers, where Chromium's sandbox cannot start.
+    argv = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={profile_dir}",
+        "--hide-scrollbars",
+        *args,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_every_figure_renders_in_headless_chromium(reported, tmp_path):
+    browser = chromium()
+    page = (reported / "report.html").read_text()
+    # The shipped page has no scripts; a copy gets one that reports every image's natural size.
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", CHECK_IMAGES + "</body>"))
+    dom = headless(browser, tmp_path / "profile1", "--virtual-time-budget=10000", "--dump-dom", probe.as_uri())
+    m = re.search(r"images=(\d+) broken=(\d+) \[(.*?)\]", dom.stdout)
+    assert m, f"no marker in Chromium's DOM dump:\n{dom.stdout[-2000:]}\n{dom.stderr[-2000:]}"
+    figures = len(list((reported / "figures").glob("*.png")))
+    assert (int(m.group(1)), int(m.group(2))) == (figures, 0), f"broken images: {m.group(3)}"
+
+    shot = tmp_path / "page.png"
+    done = headless(browser, tmp_path / "profile2", "--window-size=1280,4000", f"--screenshot={shot}", (reported / "report.html").as_uri())
+    assert shot.is_file(), done.stderr[-2000:]
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        colors = image.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colors is None or len(colors) > 50, "the screenshot is blank"

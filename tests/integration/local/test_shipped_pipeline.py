@@ -1,0 +1,95 @@
+"""The shipped pipeline on the `local` profile, as a user runs it: `dvc repro` trains both experiments
+(every matrix item, one and two CPU processes) and writes the report; DVC's own commands then read the
+metrics, the curves and the experiment table. Issue 5's first acceptance point."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from support import ROOT, require, require_training
+
+# Both experiments' items: what params.yaml's matrix expands to.
+BENCHMARK = [f"results/benchmark/pydoc-topics/tiny/{layout}" for layout in ("1x1", "1x2")]
+LM = [f"results/lm/tiny/k{k}/{layout}" for k in (0, 4) for layout in ("1x1", "1x2")]
+
+
+def run(project: Path, *argv: str, timeout: float = 120) -> str:
+    done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def repro(tmp_path_factory) -> Path:
+    """A Git + DVC project with the shipped dvc.yaml, params.yaml and experiments/, after `dvc repro`."""
+    require_training()
+    require("git")
+    project = tmp_path_factory.mktemp("pipeline") / "project"
+    project.mkdir()
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(ROOT / name, project / name)
+    (project / "containers").mkdir()
+    shutil.copy(ROOT / "containers/none.digest", project / "containers/none.digest")
+    shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    assert yaml.safe_load((project / "params.yaml").read_text())["orchestrator"]["cluster"] == "local"
+    for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"]):
+        run(project, *argv)
+    run(project, "git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-qm", "the shipped pipeline")
+    started = time.monotonic()
+    run(project, "dvc", "repro", timeout=900)
+    print(f"\ndvc repro of the shipped pipeline: {time.monotonic() - started:.0f} s")
+    return project
+
+
+@pytest.mark.slow
+def test_dvc_metrics_show_lists_loss_throughput_mfu_and_data_wait_for_every_item(repro):
+    shown = json.loads(run(repro, "dvc", "metrics", "show", "--json"))[""]["data"]
+    for folder in BENCHMARK + LM:
+        metrics = shown[f"{folder}/metrics.json"]["data"]
+        throughput = "samples_per_second" if folder in BENCHMARK else "tokens_per_second"
+        assert metrics["train_loss"] > 0 and metrics["val_loss"] > 0 and metrics[throughput] > 0, folder
+        assert 0 < metrics["mfu"] < 1 and metrics["mfu_peak_source"].startswith("estimate: "), folder
+        assert 0 <= metrics["data_wait_share"] < 0.5, folder
+        assert metrics["world_size"] == int(folder[-1]), folder
+    assert "reports/report.json" in shown
+
+
+@pytest.mark.slow
+def test_dvc_plots_show_has_every_items_loss_curve(repro):
+    plots = json.loads(run(repro, "dvc", "plots", "show", "--json"))["data"]
+    for folder in BENCHMARK + LM:
+        (rendered,) = plots[f"{folder}/dvclive/plots/metrics/train/loss.tsv"]
+        points = rendered["content"]["data"]["values"]
+        assert [int(p["step"]) for p in points] == list(range(1, 31)), folder  # params: max_steps 30, a point a step
+        assert all(float(p["loss"]) > 0 for p in points), folder
+    # And the HTML a user opens: one file, every curve in it.
+    run(repro, "dvc", "plots", "show", "-o", "plots-html")
+    page = (repro / "plots-html" / "index.html").read_text()
+    assert all(f"{folder}/dvclive/plots/metrics/train/loss.tsv" in page for folder in BENCHMARK + LM)
+
+
+@pytest.mark.slow
+def test_dvc_exp_show_has_the_matrix_params_and_metrics(repro):
+    (workspace, *_) = json.loads(run(repro, "dvc", "exp", "show", "--json"))
+    assert workspace["rev"] == "workspace"
+    metrics = workspace["data"]["metrics"]
+    assert {f"{folder}/metrics.json" for folder in BENCHMARK + LM} <= metrics.keys()
+    params = workspace["data"]["params"]["params.yaml"]["data"]
+    assert params["lm"]["goldfish_ks"] == [0, 4] and params["orchestrator"]["cluster"] == "local"
+
+
+@pytest.mark.slow
+def test_a_second_repro_runs_nothing(repro):
+    ledger = sorted((repro / ".orchestrator/ledger").glob("*.json"))
+    before = {path.name: path.read_text() for path in ledger}
+    out = run(repro, "dvc", "repro")
+    assert "Data and pipelines are up to date." in out and "Running stage" not in out
+    assert {path.name: path.read_text() for path in sorted((repro / ".orchestrator/ledger").glob("*.json"))} == before
+    assert len(before) == len(BENCHMARK) + len(LM)
+    assert "Data and pipelines are up to date." in run(repro, "dvc", "status")

@@ -1,0 +1,168 @@
+"""Real image pushes (orchestrator/containers/push.py) over ssh + rsync to an sshd on loopback
+(the ``sshd`` fixture; marked ssh): sent once then skipped, killed and resumed, a stale partial,
+a corrupted transfer, an unreachable port, a wrong key, a directory that cannot be made, scp."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from fakes import CorruptingRunner, KillingRunner, NoRsyncRunner
+from support import HOSTILE_DIR, sha
+
+from orchestrator.containers import push
+from orchestrator.util.runner import SubprocessRunner
+
+BIG = 20 << 20
+
+SMALL = 2 << 20
+
+
+def make_image(where: Path, size: int) -> Path:
+    path = where / "build" / "img.sif"
+    path.parent.mkdir()
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+@pytest.fixture
+def big_image(tmp_path) -> Path:
+    return make_image(tmp_path, BIG)
+
+
+@pytest.fixture
+def small_image(tmp_path) -> Path:
+    """For the tests whose point is not the size: each ssh here costs the remote login shell's start-up."""
+    return make_image(tmp_path, SMALL)
+
+
+def target(sshd, path: Path) -> str:
+    return f"{sshd.host}:{path}"
+
+
+@pytest.mark.ssh
+def test_push_over_ssh_then_again_transfers_nothing(sshd, big_image, tmp_path):
+    remote_dir = tmp_path / "remote" / HOSTILE_DIR
+    final = remote_dir / "img.sif"
+    runner = SubprocessRunner()
+    # The key in a folder rsync's -e must keep in one word: its own quoting, not a shell's.
+    key = tmp_path / "keys with space 'q'" / "id"
+    key.parent.mkdir()
+    shutil.copy(sshd.key, key)
+    options = [str(key) if o == str(sshd.key) else o for o in sshd.options]
+    start = time.monotonic()
+    first = push.push(big_image, target(sshd, final), runner, ssh_options=options)
+    took = time.monotonic() - start
+    assert first.transferred and first.method == "rsync"
+    assert first.bytes_transferred == BIG and first.sha256 == sha(big_image) == sha(final)
+    assert first.remote_path == str(final)
+    assert sorted(p.name for p in remote_dir.iterdir()) == ["img.sif"]
+
+    second = push.push(big_image, target(sshd, final), runner, ssh_options=sshd.options)
+    assert (second.transferred, second.bytes_transferred, second.method) == (False, 0, "skip")
+    assert sha(final) == sha(big_image)
+    home = Path(pwd.getpwuid(os.geteuid()).pw_dir)
+    assert not (home / "ship-canary").exists() and not list(tmp_path.rglob("ship-canary"))
+    assert took < 15, took
+
+
+def settle(path: Path) -> int:
+    """The size of ``path`` once the remote rsync stopped writing it."""
+    size, still = -1, 0
+    deadline = time.monotonic() + 5
+    while still < 3 and time.monotonic() < deadline:
+        now = path.stat().st_size
+        still = still + 1 if now == size else 0
+        size = now
+        time.sleep(0.1)
+    return size
+
+
+@pytest.mark.ssh
+def test_killed_push_leaves_nothing_at_the_final_path_and_resumes(sshd, big_image, tmp_path):
+    remote_dir = tmp_path / "remote dir"
+    final, part = remote_dir / "img.sif", remote_dir / ".img.sif.part"
+    killer = KillingRunner(part, kill_at=4 << 20)
+    with pytest.raises(push.ShipError, match="interrupted") as err:
+        push.push(big_image, target(sshd, final), killer, ssh_options=sshd.options)
+    assert killer.killed_at, f"rsync finished before it could be killed: {err.value}"
+    assert not final.exists()
+    arrived = settle(part)
+    assert 0 < arrived < BIG
+
+    result = push.push(big_image, target(sshd, final), SubprocessRunner(), ssh_options=sshd.options)
+    assert result.transferred and result.resumed_from == arrived, (result, arrived)
+    print(f"killed at {killer.killed_at:,} bytes, {arrived:,} kept, resumed sending {result.bytes_transferred:,} of {BIG:,}")
+    assert result.bytes_transferred <= BIG - arrived + (1 << 20)  # only the rest crossed again
+    assert sha(final) == sha(big_image) and not part.exists()
+
+
+@pytest.mark.ssh
+def test_a_stale_partial_of_another_image_does_not_matter(sshd, small_image, tmp_path):
+    remote_dir = tmp_path / "remote"
+    remote_dir.mkdir()
+    (remote_dir / ".img.sif.part").write_bytes(os.urandom(SMALL + 12345))  # larger and different
+    (remote_dir / "img.sif").write_bytes(b"an older image")
+    result = push.push(small_image, target(sshd, remote_dir / "img.sif"), SubprocessRunner(), ssh_options=sshd.options)
+    assert result.transferred and sha(remote_dir / "img.sif") == sha(small_image)
+    assert sorted(p.name for p in remote_dir.iterdir()) == ["img.sif"]
+
+
+@pytest.mark.ssh
+def test_checksum_mismatch_over_ssh_installs_nothing(sshd, small_image, tmp_path):
+    remote_dir = tmp_path / "remote"
+    final, part = remote_dir / "img.sif", remote_dir / ".img.sif.part"
+    remote_dir.mkdir()
+    final.write_bytes(b"the image jobs use now")
+    with pytest.raises(push.ChecksumMismatch, match="checksum mismatch"):
+        push.push(small_image, target(sshd, final), CorruptingRunner(part), ssh_options=sshd.options)
+    assert final.read_bytes() == b"the image jobs use now" and not part.exists()
+
+
+@pytest.mark.ssh
+def test_unreachable_port_is_one_clear_error(sshd, small_image, tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    options = [o if o != str(sshd.port) else str(closed) for o in sshd.options]
+    final = tmp_path / "remote" / "img.sif"
+    with pytest.raises(push.ShipError) as err:
+        push.push(small_image, target(sshd, final), SubprocessRunner(), ssh_options=options)
+    text = str(err.value)
+    assert text.startswith(f"push of {small_image} to {sshd.host}:{final} failed: cannot reach {sshd.host} over ssh")
+    assert "Connection refused" in text and "command (exit 255): ssh " in text
+    assert not final.exists()
+
+
+@pytest.mark.ssh
+def test_wrong_key_is_a_refused_login(sshd, small_image, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    options = [o if o != str(sshd.key) else str(other) for o in sshd.options]
+    with pytest.raises(push.ShipError, match=f"{sshd.host} refused the ssh login"):
+        push.push(small_image, target(sshd, tmp_path / "r" / "img.sif"), SubprocessRunner(), ssh_options=options)
+
+
+@pytest.mark.ssh
+def test_remote_directory_that_cannot_be_made(sshd, small_image, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(push.ShipError, match="cannot create the remote directory") as err:
+        push.push(small_image, target(sshd, blocker / "sub" / "img.sif"), SubprocessRunner(), ssh_options=sshd.options)
+    assert "Not a directory" in str(err.value)
+
+
+@pytest.mark.ssh
+def test_scp_fallback_over_ssh(sshd, small_image, tmp_path):
+    final = tmp_path / "remote-scp" / "img.sif"
+    runner = NoRsyncRunner()
+    result = push.push(small_image, target(sshd, final), runner, ssh_options=sshd.options)
+    assert (result.method, result.bytes_transferred) == ("scp", SMALL) and sha(final) == sha(small_image)
+    again = push.push(small_image, target(sshd, final), runner, ssh_options=sshd.options)
+    assert again.method == "skip"

@@ -1,0 +1,470 @@
+"""Plain helpers the test modules share: paths, requirements (skip, or fail under CI),
+throwaway projects, the command line, recorders on PATH, training runs, the Slurm testbed.
+
+Fixtures live in conftest.py and test doubles in fakes.py; this module holds functions
+and constants only. It imports nothing heavy at import time: torch, DVC and the CLI load
+inside the helpers that use them, so a unit test that needs none of them stays light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+# The account every testbed job and fake Slurm uses (the testbed profile's account_example).
+ACCOUNT = "project_465000858"
+
+
+# --- requirements: skip without them, fail under CI=true ---------------------------------------
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip with ``reason``; under CI=true, where every test must run, fail instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}, and CI=true: CI must run this test (the test command installs what it needs)")
+    pytest.skip(reason)
+
+
+def require(tool: str) -> str:
+    """The path of ``tool``; skip (fail under CI) without it."""
+    path = shutil.which(tool)
+    if path is None:
+        skip_or_fail(f"{tool} is not installed")
+    return path
+
+
+def require_root_and_apt(what: str) -> None:
+    """Skip (fail under CI) unless ``what`` can install Debian packages and start daemons."""
+    if os.geteuid() != 0:
+        skip_or_fail(f"{what} needs root")
+    if shutil.which("apt-get") is None:
+        skip_or_fail(f"{what} needs Debian's apt-get")
+
+
+def require_training() -> None:
+    """Skip without the training extras, except under CI, where a skip is a failure."""
+    missing = [name for name in ("torch", "pytorch_lightning", "dvclive") if importlib.util.find_spec(name) is None]
+    if missing:
+        skip_or_fail(f"{', '.join(missing)} not installed (pip install -e '.[train]')")
+
+
+def require_torch() -> None:
+    """Skip (fail under CI) without pytorch_lightning: the testbed's jobs train with this Python."""
+    try:
+        import pytorch_lightning  # noqa: F401
+    except ImportError:
+        skip_or_fail("pytorch_lightning is not installed")
+
+
+# --- throwaway projects ----------------------------------------------------------------------
+
+
+def make_project(where: Path, dvc_yaml: str | None = None, params_yaml: str | None = None) -> Path:
+    """A DVC project (no git) with the shipped pipeline, or the given files."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "dvc.yaml").write_text(dvc_yaml if dvc_yaml is not None else (ROOT / "dvc.yaml").read_text())
+    (where / "params.yaml").write_text(params_yaml if params_yaml is not None else (ROOT / "params.yaml").read_text())
+    # The shipped stages depend on the image's digest file (none.digest: no image).
+    (where / "containers").mkdir(exist_ok=True)
+    shutil.copy(ROOT / "containers/none.digest", where / "containers/none.digest")
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=where, check=True)
+    return where
+
+
+def executor_project(root: Path) -> Path:
+    """All Workspace.open needs: a folder whose params.yaml names the account."""
+    root.mkdir()
+    (root / "params.yaml").write_text(f"orchestrator:\n  account: {ACCOUNT}\n")
+    return root
+
+
+PYPROJECT = """\
+[project]
+name = "demo"
+version = "0"
+[project.optional-dependencies]
+train = ["torch==2.13.0", "pytorch-lightning>=2.5,<2.7", "dvclive>=3.48"]
+"""
+
+TINY_DEF = """\
+Bootstrap: scratch
+
+%files
+    {{ src_dir | path }} /opt/src
+
+%labels
+    org.orchestrator.image {{ name | label }}
+    org.orchestrator.content-hash {{ content_hash | label }}
+    org.orchestrator.git-commit {{ git_commit | label }}
+    org.test.flavour {{ flavour | label }}
+"""
+
+IMAGES = """\
+tiny:
+  definition: tiny.def.j2
+  source: [pkg, pyproject.toml]
+site:
+  definition: localimage.def.j2
+  source: [pkg, pyproject.toml]
+  base: base.sif
+  activate: with-conda
+"""
+
+
+def make_tiny(where: Path, flavour: str = "plain") -> Path:
+    """A project with a tiny scratch image (``tiny``) and the real localimage template (``site``)."""
+    (where / "containers").mkdir(parents=True)
+    (where / "pkg").mkdir()
+    (where / "pkg" / "mod.py").write_text("x = 1\n")
+    (where / "pyproject.toml").write_text(PYPROJECT)
+    (where / "containers" / "images.yaml").write_text(IMAGES)
+    (where / "containers" / "tiny.def.j2").write_text(TINY_DEF.replace("{{ flavour | label }}", flavour))
+    (where / "containers" / "localimage.def.j2").write_text((ROOT / "containers" / "localimage.def.j2").read_text())
+    return where
+
+
+REPORT_DVC_YAML = """\
+stages:
+  benchmark:
+    matrix:
+      dataset: ${benchmark.datasets}
+      model: ${benchmark.models}
+      device_cfg: ${benchmark.device_cfgs}
+    cmd: >-
+      orchestrator run --nodes ${item.device_cfg.num_nodes} --gpus-per-node ${item.device_cfg.num_gpus} --
+      python -m experiments.classify --dataset ${item.dataset} --model ${item.model}
+      --output results/benchmark/${item.dataset}/${item.model}/${item.device_cfg.num_nodes}x${item.device_cfg.num_gpus}
+    outs:
+      - results/benchmark/${item.dataset}/${item.model}/${item.device_cfg.num_nodes}x${item.device_cfg.num_gpus}/model:
+          persist: true
+    metrics:
+      - results/benchmark/${item.dataset}/${item.model}/${item.device_cfg.num_nodes}x${item.device_cfg.num_gpus}/metrics.json:
+          cache: false
+          persist: true
+"""
+REPORT_CONFIGS = [(1, 1, 100.0), (1, 2, 190.0), (1, 4, 360.0), (2, 4, None)]  # 2x4 never produced metrics
+
+
+def weak(gpus: int, throughput: float, **extra) -> dict:
+    """A run's metrics under weak scaling: a per-device batch of 16."""
+    return {
+        "samples_per_second": throughput,
+        "world_size": gpus,
+        "devices": gpus,
+        "batch_size": 16,
+        "global_batch_size": 16 * gpus,
+        **extra,
+    }
+
+
+def fabricate(root: Path) -> Path:
+    """A results tree as `dvc repro` of REPORT_DVC_YAML would leave it, the 2x4 run missing."""
+    params = {
+        "orchestrator": {"cluster": "local"},
+        "benchmark": {
+            "datasets": ["pydoc-topics"],
+            "models": ["tiny"],
+            "device_cfgs": [{"num_nodes": n, "num_gpus": g} for n, g, _ in REPORT_CONFIGS],
+        },
+    }
+    project = make_project(root, dvc_yaml=REPORT_DVC_YAML, params_yaml=yaml.safe_dump(params))
+    for i, (nodes, gpus, throughput) in enumerate(REPORT_CONFIGS):
+        if throughput is None:
+            continue
+        folder = project / f"results/benchmark/pydoc-topics/tiny/{nodes}x{gpus}"
+        world = nodes * gpus
+        metrics = weak(
+            world, throughput, num_nodes=nodes, mean_step_time_s=16 * world / throughput, torch_version="2.13.0", lightning_version="2.6.6"
+        )
+        metrics["accelerator"] = "gpu"
+        if gpus == 2:
+            metrics.update(gpu_energy_j=3.6e5, power_source="nvml-energy")
+        if gpus == 4:
+            metrics.update(model_tflops_per_device=156.0, profile_forward_s=0.05, profile_backward_s=0.1)
+        (folder / "dvclive/plots/metrics/train").mkdir(parents=True)
+        (folder / "metrics.json").write_text(json.dumps(metrics))
+        prov = {
+            "item": f"benchmark@pydoc-topics-tiny-device_cfg{i}",
+            "backend": "slurm",
+            "job_id": str(500 + i),
+            "elapsed_s": 600,
+            "requeues": 0,
+        }
+        prov.update(profile="juwels-booster", profile_source="built-in", nodes=nodes)
+        (folder / "provenance.json").write_text(json.dumps(prov))
+        steps = "\n".join(f"{s}\t{2.0 - s / 100 - i / 50}" for s in range(1, 31))
+        (folder / "dvclive/plots/metrics/train/loss.tsv").write_text(f"step\tloss\n{steps}\n")
+    return project
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    """`orchestrator ARGS` in this process (click's test runner): its exit code, output and exception."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def run_orchestrator(*args: str, cwd: Path, env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`orchestrator ARGS` in a fresh process (``python -m orchestrator``), as users and DVC run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def container_cli(*args: str, cwd: Path = ROOT, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, float]:
+    """`orchestrator container ARGS` in a fresh process, and its wall time (Python's start-up included)."""
+    start = time.perf_counter()
+    proc = run_orchestrator("container", *args, cwd=cwd, timeout=timeout)
+    return proc, time.perf_counter() - start
+
+
+# --- `orchestrator run` of one item against a fake Slurm --------------------------------------
+
+
+def run_fake(project: Path, runner, clock=None, item: str = "bench@x"):
+    """foreground.run_item of a 2x2 job for ``item``, with quick polling: its outcome and what it said."""
+    from fakes import FakeClock
+
+    from orchestrator.jobs import foreground
+    from orchestrator.pipeline.runargs import JobSpec
+
+    spec = JobSpec(command=("python", "train.py", "--devices", "2"), nodes=2, gpus_per_node=2)
+    lines = []
+    ctx = foreground.Context(project, item)
+    polling = foreground.Polling(first_s=1, max_s=8, heartbeat_s=100)
+    outcome = foreground.run_item(ctx, spec, None, None, runner, clock or FakeClock(), polling, lines.append)
+    return outcome, lines
+
+
+# --- recorders on PATH: what a rendered script hands srun, the container and python ----------
+
+HOSTILE_DVC_YAML = """\
+stages:
+  hostile:
+    matrix:
+      dataset: ${datasets}
+      note: ${notes}
+    cmd: >-
+      orchestrator run --nodes 1 --gpus-per-node 2 --
+      python -m experiments.classify
+      --dataset '${item.dataset}' --note "${item.note}" --devices 2
+      --output 'results/${item.dataset}'
+    outs:
+      - results/${item.dataset}:
+          persist: true
+"""
+
+RECORDER = """#!/bin/bash
+# Record this call's argv (NUL-separated) and environment, then act like {name}.
+n=$(ls "$RECORD_DIR" | wc -l)
+printf '%s\\0' "{name}" "$@" > "$RECORD_DIR/$n.{name}.argv"
+{action}
+"""
+ACTIONS = {
+    # srun: run the task (the trailing `bash -c orch_task`) as rank 0 of node 0.
+    "srun": (
+        'export SLURM_NODEID=0 SLURM_LOCALID=0 SLURM_PROCID=0 SLURM_JOB_ACCOUNT=project_465000858 SLURM_JOB_NODELIST=node1\nexec "${@: -3}"'
+    ),
+    # the container runtime: run what follows the image, as apptainer would inside it.
+    "apptainer": 'while [ $# -gt 0 ] && [[ "$1" != *.sif ]]; do shift; done; shift; exec "$@"',
+    "singularity": 'while [ $# -gt 0 ] && [[ "$1" != *.sif ]]; do shift; done; shift; exec "$@"',
+    "scontrol": "echo node1",
+    "python": ":",
+}
+
+
+def install_recorders(bin_dir: Path) -> None:
+    """srun, apptainer, singularity, scontrol and python as recorders in ``bin_dir`` (put it first on PATH)."""
+    bin_dir.mkdir()
+    for name, action in ACTIONS.items():
+        path = bin_dir / name
+        path.write_text(RECORDER.format(name=name, action=action))
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def calls(record_dir: Path, name: str) -> list[list[str]]:
+    """The argv (without the command) of every recorded call of ``name``, in call order."""
+    found = sorted(record_dir.glob(f"*.{name}.argv"), key=lambda p: int(p.name.split(".")[0]))
+    return [p.read_bytes().decode().split("\0")[1:-1] for p in found]
+
+
+# --- training runs ---------------------------------------------------------------------------
+
+# Small enough for seconds per run of the LM on two cores.
+LM_SHORT = ["--model", "tiny", "--seq-len", "32", "--accelerator", "cpu"]
+# The profiler's categories (experiments/common/profiling.py), in the order its breakdown lists them.
+PROFILE_CATEGORIES = ["kernel", "memcpy", "memset", "communication", "runtime", "data_loader", "cpu_exec", "other"]
+
+
+def isolated(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    """Runs of an experiment's main in this process, in tmp_path, leaving the process as they found it (a fixture's body)."""
+    require_training()
+    import torch
+
+    monkeypatch.chdir(tmp_path)  # outside any Git or DVC project, for DVCLive
+    for name in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    environ = dict(os.environ)
+    handler = signal.getsignal(signal.SIGUSR1)
+    yield tmp_path
+    torch.use_deterministic_algorithms(deterministic)
+    os.environ.clear()
+    os.environ.update(environ)  # seed_everything leaves PL_GLOBAL_SEED behind
+    signal.signal(signal.SIGUSR1, handler)
+
+
+def signal_at(step: int):
+    """A callback that sends this process the requeue signal after ``step`` steps, as Slurm does before the time limit."""
+    import pytorch_lightning as pl
+
+    class SignalAt(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == step:
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+    return SignalAt()
+
+
+def training_environment(*also: str) -> dict[str, str]:
+    """The environment of a local training run, even inside a Slurm allocation or a torchrun: no
+    inherited layout (no SLURM_* variables, no torchrun variables, none of ``also``), and this
+    checkout's experiments/ on PYTHONPATH."""
+    leaked = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", *also)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in leaked}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def model_weights(output: Path) -> dict:
+    """The state dict a run saved in ``output``/model/model.ckpt."""
+    import torch
+
+    return torch.load(output / "model" / "model.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+
+
+def write_operators(path: Path, rows: dict[str, tuple[float, float]], steps: int = 2) -> Path:
+    """An operators.json (a profiled run's) with ``rows``: operator -> (calls, host_total_us)."""
+    path.write_text(json.dumps({"steps": steps, "operators": {k: {"calls": c, "host_total_us": t} for k, (c, t) in rows.items()}}))
+    return path
+
+
+# --- the Slurm testbed -----------------------------------------------------------------------
+
+
+def dvc(project: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`dvc ARGS` in ``project``, its `orchestrator run`s polling at least every 2 s."""
+    return subprocess.run(
+        ["dvc", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "ORCH_POLL_MAX_S": "2", **(env or {})},
+    )
+
+
+def jobs_of(account: str, since: float, project: Path | None = None, expect: int = 0) -> list[list[str]]:
+    """Jobs under ``account`` since ``since`` (sacct), submitted from ``project`` if given:
+    other tests' jobs may overlap in time. With ``expect``, waits up to 60 s for that
+    many: slurmdbd may record a job that just ended a while later (seen: over 10 s)."""
+    # The working dir tells the jobs apart; the window only bounds the query, wide
+    # enough for a clock that steps (this VM's has, mid-suite).
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 3600))
+    argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", account, "--format=JobIDRaw,JobName,State,Account,WorkDir"]
+    deadline = time.time() + 60
+    while True:
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        rows = [line.split("|") for line in done.stdout.splitlines() if line]
+        found = [row[:4] for row in rows if project is None or row[4] == str(project.resolve())]
+        if len(found) >= expect or time.time() > deadline:
+            return found
+        time.sleep(1)
+
+
+def job_field(job_id: str, name: str) -> str:
+    """One field of `scontrol show job`."""
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, check=True).stdout
+    return next(w.split("=", 1)[1] for w in shown.split() if w.startswith(name + "="))
+
+
+def wait_until_training(project: Path, item: str, repro: subprocess.Popen, timeout: float) -> tuple[str, Path]:
+    """The job id and log of ``item``'s latest submission, once both ranks of its
+    training are up ("rank 1/2" in the log); the test fails if they are not in time."""
+    ledger = project / f".orchestrator/ledger/{item}.json"
+    job_id, log = None, None
+    deadline = time.time() + timeout
+    while time.time() < deadline and repro.poll() is None:
+        # The ledger holds only the intent while sbatch runs: no record yet.
+        records = json.loads(ledger.read_text())["records"] if job_id is None and ledger.exists() else None
+        if records:
+            job_id = records[-1]["job_id"]
+            log = project / f".orchestrator/logs/{item}-{job_id}.log"
+        if log is not None and log.exists() and "rank 1/2" in log.read_text():
+            return job_id, log
+        time.sleep(0.5)
+    said = log.read_text() if log is not None and log.exists() else repro.communicate()[0] if repro.poll() is not None else "(no log yet)"
+    repro.kill()
+    pytest.fail(f"the job did not start training: {said[-3000:]}")
+
+
+def wait_for_requeue(job_id: str, timeout: float) -> bool:
+    """True once the job was requeued (its first run ended, the next one is pending or on)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if job_field(job_id, "Restarts") != "0":
+            return True
+        time.sleep(1)
+    return False
+
+
+def release_requeued(job_id: str, *updates: str) -> None:
+    """Lift the hold Slurm puts on a requeued job (begin time: 120 s on), once its
+    previous run has left the node, and 2 s later: slurmd refuses the credential of a
+    launch from the same second as the old run's end ("Killing non-startable batch
+    job: Job credential revoked", seen here when released at once), which is what the
+    hold guards against."""
+    deadline = time.time() + 60
+    while job_field(job_id, "JobState") != "PENDING" and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now", *updates], check=True)
+
+
+def slurm_seconds(text: str) -> int:
+    """squeue's elapsed time, [D-]H:MM:SS or M:SS, in seconds."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+# --- image pushes ----------------------------------------------------------------------------
+
+# A directory name a remote shell would split, unquote or execute if a word went unquoted.
+HOSTILE_DIR = "dir with space 'single' \"double\" $(touch ship-canary) `touch ship-canary` ;& *"
+
+
+def sha(path: Path) -> str:
+    """The sha256 of ``path``'s bytes, in hex."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()

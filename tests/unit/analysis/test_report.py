@@ -1,0 +1,66 @@
+"""The scaling report built from runs (orchestrator/analysis/report.py, report_write.py): a missing
+run reported missing, never zero; energy from each source per run, and overrides. The command,
+`orchestrator report`: tests/unit/cli/test_report_command.py."""
+
+from __future__ import annotations
+
+import pytest
+from support import weak
+
+from orchestrator.analysis import energy, runs
+from orchestrator.analysis import report as rp
+from orchestrator.config import profile
+
+
+def run(config: str, metrics: dict | None, item: str | None = None, prov: dict | None = None) -> runs.Run:
+    nodes, gpus = (int(x) for x in config.split("x"))
+    expected = runs.Expected(item or f"bench@{config}", "bench", f"results/bench/ds/m/{config}", nodes, gpus)
+    return runs.Run(expected, metrics, prov, {}, None if metrics is not None else f"no metrics.json at results/bench/ds/m/{config}")
+
+
+def test_a_run_without_metrics_is_reported_missing_never_zero():
+    juwels = profile.load("juwels-booster").profile
+    runs = [run("1x1", weak(1, 100.0)), run("1x2", None), run("1x4", weak(4, 360.0))]
+    report = rp.build(runs, {r.expected.item: juwels for r in runs}, None, rp.Overrides(), "juwels-booster")
+    (series,) = report.series
+    assert series.name == "results/bench/ds/m" and series.mode == "weak" and series.baseline == "1x1"
+    missing = series.rows[1]
+    assert missing.run.missing and missing.throughput is None and missing.scaled.efficiency is None
+    assert missing.energy.kwh is None and missing.emissions.kg is None and missing.mfu is None
+    assert [r.item for r in report.missing] == ["bench@1x2"]
+    assert series.rows[2].scaled.efficiency == pytest.approx(0.9)
+
+    from orchestrator.analysis import report_write
+
+    header, rows = report_write.table(series)
+    cells = dict(zip(header, rows[1], strict=True))
+    assert cells["config"] == "1x2 (missing)"
+    assert all(cells[h] == "—" for h in ("samples/s", "speedup", "efficiency", "energy (kWh)", "CO2e (kg)"))
+    assert "missing: 1x2 (bench@1x2): no metrics.json at" in report_write.markdown(report)
+    as_json = rp.metrics_of(report)["bench@1x2"]
+    assert as_json["missing"] is True and as_json["throughput"] is None and as_json["efficiency"] is None and as_json["energy_kwh"] is None
+
+
+def test_energy_sources_per_run_and_overrides():
+    juwels = profile.load("juwels-booster").profile
+    slurm = {"backend": "slurm", "job_id": "900", "elapsed_s": 600, "requeues": 0}
+    runs = [
+        run("1x1", weak(1, 100.0), prov=slurm),  # accounting has it
+        run("1x2", weak(2, 190.0, gpu_energy_j=3.6e6, power_source="nvml-energy"), prov={**slurm, "job_id": "901"}),  # sampled
+        run("1x4", weak(4, 360.0), prov={**slurm, "job_id": "902", "requeues": 1}),  # estimated
+    ]
+    acct = energy.Accounting(
+        "acct_gather_energy/ipmi", "juwels", energy.parse_sacct_energy("900|COMPLETED|600|7200000\n901|COMPLETED|600|0\n")
+    )
+    report = rp.build(runs, {r.expected.item: juwels for r in runs}, acct, rp.Overrides(carbon_intensity_g_per_kwh=0.0), "juwels-booster")
+    a, s, e = report.series[0].rows
+    assert (a.energy.source, a.energy.kwh, a.energy.scope) == ("accounting", 2.0, "node")
+    assert (s.energy.source, s.energy.kwh) == ("sampled", 1.0) and "recorded no energy for job 901" in s.energy.note
+    assert e.energy.source == "estimate" and e.energy.kwh == pytest.approx(400 * 4 * 600 / 3.6e6)
+    assert "last of 2 runs only" in e.energy.note  # requeued, elapsed known for the last run only
+    assert a.emissions.kg == 0.0 and a.emissions.pue == 1.1  # intensity overridden, PUE from the profile
+    assert "--carbon-intensity" in a.emissions.note and "PUE from juwels-booster's site" in a.emissions.note
+    elsewhere = rp.build(
+        runs[:1], {runs[0].expected.item: juwels}, energy.Accounting("acct_gather_energy/ipmi", "lumi", acct.jobs), rp.Overrides(), "x"
+    )
+    assert elsewhere.series[0].rows[0].energy.source == "estimate"  # another cluster's job ids are not looked up

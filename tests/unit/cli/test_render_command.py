@@ -1,0 +1,178 @@
+"""`orchestrator render` on real DVC projects, in a fresh process as users and DVC run it: the
+shipped pipeline, bad input, determinism."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import ROOT, make_project, require, run_orchestrator
+
+LUMI_MASKS = "mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,0xfe00000000,0xfe0000000000"
+
+
+def scripts(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder.exists() else {}
+
+
+def test_lumi_check_passes_on_the_shipped_pipeline(project):
+    require("shellcheck")
+    done = run_orchestrator("render", "--cluster", "lumi", "--check", cwd=project)
+    assert done.returncode == 0, done.stderr
+    out = project / ".orchestrator/scripts/lumi"
+    files = scripts(out)
+    # benchmark: 1 dataset x 2 models x 5 device configs; lm: 1 model x 2 goldfish k x 2 device configs
+    assert len(files) == 10 + 4 and sum(name.startswith("lm@") for name in files) == 4
+    two_by_eight = [f for name, f in files.items() if b"#SBATCH --nodes=2\n" in f and name.startswith("benchmark@")]
+    assert len(two_by_eight) == 2
+    text = two_by_eight[0].decode()
+    for line in [
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --account=project_465000858",
+        "#SBATCH --partition=standard-g",
+    ]:
+        assert line + "\n" in text
+    assert f"--cpu-bind={LUMI_MASKS} bash -c orch_task" in text
+    assert "--devices 8" in text and "--num-nodes 2" in text
+
+
+def test_rendering_twice_is_byte_identical(project):
+    assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    first = scripts(project / ".orchestrator/scripts/lumi")
+    assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    assert scripts(project / ".orchestrator/scripts/lumi") == first
+
+
+def test_every_builtin_cluster_renders_and_checks(project):
+    require("shellcheck")
+    for cluster in ["lumi", "frontier", "juwels-booster", "generic-nvidia", "testbed", "local"]:
+        done = run_orchestrator("render", "--cluster", cluster, "--check", cwd=project)
+        assert done.returncode == 0, (cluster, done.stderr)
+    done = run_orchestrator("render", "--cluster", "testbed", "--form", "srun", "--check", "--out", "srun", cwd=project)
+    assert done.returncode == 0, done.stderr
+
+
+def test_default_cluster_comes_from_params(project):
+    done = run_orchestrator("render", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert len(scripts(project / ".orchestrator/scripts/local")) == 2 + 4  # the small local default: benchmark, lm
+
+
+def test_targets_select_items(project):
+    done = run_orchestrator("render", "--cluster", "lumi", "benchmark@*-device_cfg4", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert len(scripts(project / ".orchestrator/scripts/lumi")) == 2
+    done = run_orchestrator("render", "--cluster", "lumi", "trainn", cwd=project)
+    assert done.returncode == 2 and "no stage matches 'trainn'" in done.stderr and "stages: benchmark" in done.stderr
+
+
+def test_overlapping_masks_fail_check_naming_the_tasks(project):
+    text = (ROOT / "orchestrator/config/profiles/lumi.yaml").read_text()
+    typo = text.replace(
+        'gpu_cores: ["48-55", "56-63", "16-23", "24-31", "0-7", "8-15", "32-39", "40-47"]',
+        "cpu_masks: [0xfe000000000000, 0xfe000000000000, 0xfe0000, 0xfe000000, 0xfe, 0xfe00, 0xfe00000000, 0xfe0000000000]",
+    )
+    assert typo != text
+    (project / "lumi-seed.yaml").write_text(typo)
+    done = run_orchestrator("render", "--cluster", "lumi-seed.yaml", "--check", cwd=project)
+    assert done.returncode != 0
+    assert "tasks 0 and 1 share cores 49-55" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (project / ".orchestrator/scripts").exists()
+
+
+def assert_clean_failure(done, *expected, project):
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr + done.stdout
+    assert done.stderr.startswith("error: ")
+    for text in expected:
+        assert text in done.stderr, done.stderr
+    assert not (project / ".orchestrator/scripts").exists(), "nothing may be written on failure"
+
+
+def test_bad_input_gets_one_clear_message(tmp_path):
+    good_params = (ROOT / "params.yaml").read_text()
+    cases = {
+        "malformed params": (dict(params_yaml="orchestrator: [cluster: lumi\n"), ["lumi"], ["params.yaml"]),
+        "malformed dvc.yaml": (dict(dvc_yaml="stages:\n  a: {cmd: [\n"), ["lumi"], ["dvc.yaml"]),
+        "unknown cluster": ({}, ["lumi-c"], ["unknown cluster 'lumi-c'", "lumi", "juwels-booster", "local"]),
+        "unknown orchestrator key": (
+            dict(params_yaml=good_params.replace("  account: project_465000858", "  acount: project_465000858")),
+            ["lumi"],
+            ["unknown key(s) acount", "valid keys: cluster, account, partition, time"],
+        ),
+        "too many GPUs": (
+            dict(params_yaml=good_params.replace("{num_nodes: 2, num_gpus: 2}", "{num_nodes: 2, num_gpus: 16}")),
+            ["testbed"],
+            ["asks for 16 GPUs per node, but testbed nodes have 4"],
+        ),
+        "bad account": (
+            dict(params_yaml=good_params.replace("account: project_465000858   #", "account: project_42   #")),
+            ["lumi"],
+            ["account 'project_42' does not match lumi's pattern", "project_465000858"],
+        ),
+        "shell syntax in a stage command": (
+            dict(dvc_yaml=(ROOT / "dvc.yaml").read_text().replace("--seed ${benchmark.seed}", "--seed $(date)")),
+            ["lumi"],
+            ["command substitution", "single-quote interpolated values"],
+        ),
+    }
+    for i, (files, cluster, expected) in enumerate(cases.values()):
+        project = make_project(tmp_path / f"case{i}", **files)
+        done = run_orchestrator("render", "--check", "--no-shellcheck", "--cluster", *cluster, cwd=project)
+        assert_clean_failure(done, *expected, project=project)
+
+
+def test_profile_file_with_unknown_keys(project):
+    text = (ROOT / "orchestrator/config/profiles/lumi.yaml").read_text().replace("  cores: 64", "  cores: 64\n  numa: 8")
+    (project / "mine.yaml").write_text(text + "extra: 1\n")
+    done = run_orchestrator("render", "--cluster", "mine.yaml", cwd=project)
+    assert_clean_failure(
+        done, "node: unknown key(s) numa; valid keys: cores,", "(top level): unknown key(s) extra; valid keys: name,", project=project
+    )
+
+
+def test_all_problems_are_listed_at_once(project):
+    params = (project / "params.yaml").read_text()
+    (project / "params.yaml").write_text(
+        params.replace("account: project_465000858   #", "account: nope   #").replace('time: "02:00:00"', 'time: "9-00:00:00"', 1)
+    )
+    done = run_orchestrator("render", "--cluster", "lumi", cwd=project)
+    assert "account 'nope' does not match" in done.stderr
+    assert "exceeds partition standard-g's limit" in done.stderr
+    # one line per distinct problem, naming the items it affects
+    assert done.stderr.count("does not match") == 1 and "(+7 more)" in done.stderr
+
+
+def test_no_dvc_project(tmp_path):
+    done = run_orchestrator("render", cwd=tmp_path)
+    assert done.returncode == 2 and "no dvc.yaml in" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["render", "--help"], ["clusters", "show", "lumi", "--format", "yaml"]])
+def test_help_and_yaml(args, tmp_path):
+    done = run_orchestrator(*args, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout
+
+
+def test_full_render_removes_scripts_of_items_gone_and_targets_keep_them(project):
+    out = project / ".orchestrator/scripts/lumi"
+    assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    (out / "benchmark@removed-item.sbatch").write_text("#!/bin/bash\n")
+    (out / "notes.txt").write_text("mine")
+    assert run_orchestrator("render", "--cluster", "lumi", "benchmark@*cfg0", cwd=project).returncode == 0
+    assert (out / "benchmark@removed-item.sbatch").exists()
+    assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    assert not (out / "benchmark@removed-item.sbatch").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert len(list(out.glob("*.sbatch"))) == 10 + 4
+    assert all(oct(p.stat().st_mode & 0o777) == "0o755" for p in out.glob("*.sbatch"))
+
+
+def test_orchestrated_outputs_must_persist(tmp_path):
+    dvc_yaml = (ROOT / "dvc.yaml").read_text().split("    # persist:")[0] + "    outs:\n      - results/x\n"
+    project = make_project(tmp_path / "p", dvc_yaml=dvc_yaml)
+    done = run_orchestrator("render", cwd=project)
+    assert_clean_failure(done, "declare its outputs `persist: true` (results/x)", "would delete the job's work", project=project)

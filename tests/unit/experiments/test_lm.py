@@ -1,0 +1,421 @@
+"""The language-model experiment (experiments/lm/): model, data, order, measurements, the command
+line, and interrupted and resumed runs in this process. Runs of `python -m experiments.lm`, one
+and two DDP processes: tests/integration/local/test_lm_runs.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from fakes import FakeDataset, FakeDatasetDict
+from support import LM_SHORT, isolated, model_weights, require_training, signal_at
+
+# --- the model ---------------------------------------------------------------------------------
+
+
+def test_sizes_by_name_and_their_parameter_counts():
+    require_training()
+    import torch
+
+    from experiments.lm import gpt
+
+    assert gpt.names() == ["tiny", "small", "medium", "large"]
+    assert gpt.config("medium") == gpt.GPTConfig(n_layers=24, d_model=1024, n_heads=16)
+    counts = {}
+    for name in gpt.names():
+        with torch.device("meta"):  # shapes only: the large model without its 3 GB
+            net = gpt.build(name, vocab_size=512, seq_len=1024)
+        counts[name] = sum(p.numel() for p in net.parameters())
+        assert counts[name] == gpt.parameters(gpt.config(name), 512, 1024), name
+    assert 0.7e6 < counts["tiny"] < 1.5e6
+    assert 290e6 < counts["medium"] < 360e6 and 700e6 < counts["large"] < 800e6
+    with pytest.raises(ValueError, match=r"unknown model 'huge'; valid models: tiny, small, medium, large"):
+        gpt.build("huge", 512, 128)
+
+
+def test_output_is_tied_to_the_embedding_and_causal():
+    require_training()
+    import torch
+
+    from experiments.lm import gpt
+
+    torch.manual_seed(0)
+    net = gpt.build("tiny", vocab_size=64, seq_len=16)
+    assert not any(p is not net.embed.weight and p.shape == net.embed.weight.shape for p in net.parameters())
+    tokens = torch.randint(0, 64, (2, 16))
+    logits = net(tokens)
+    assert logits.shape == (2, 16, 64)
+    changed = tokens.clone()
+    changed[:, 9] = (changed[:, 9] + 1) % 64
+    after = net(changed)
+    assert torch.equal(logits[:, :9], after[:, :9])  # no position sees the future
+    assert not torch.equal(logits[:, 9:], after[:, 9:])
+    with torch.no_grad():
+        net.embed.weight[3] += 1.0  # the output row of token 3 is its embedding
+    assert not torch.equal(net(tokens)[..., 3], logits[..., 3])
+
+
+def test_flops_per_token_is_6n_plus_attention():
+    require_training()
+    from experiments.lm import gpt
+
+    config = gpt.config("medium")
+    n = gpt.parameters(config, 512, 2048) - 2048 * 1024  # without the position table
+    assert gpt.flops_per_token(config, 512, 2048) == 6 * n + 12 * 24 * 1024 * 2048
+
+
+# --- data --------------------------------------------------------------------------------------
+
+
+TEXT = "".join(f"Line {i}: the quick brown fox jumps over the lazy dog, again and again.\n" for i in range(400))
+
+
+def _load(source: Path | str, tokenizer: str = "bytes", **kwargs):
+    from experiments.lm import data as lm_data
+
+    return lm_data.load(str(source), seq_len=32, tokenizer=tokenizer, **kwargs)
+
+
+def _jsonl(path: Path, texts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+def _halves() -> list[str]:
+    return [TEXT[: len(TEXT) // 2], TEXT[len(TEXT) // 2 :]]
+
+
+def test_text_jsonl_and_folders_give_the_same_rows(tmp_path):
+    """The same text through each reader: .txt, .jsonl, and a folder holding both kinds."""
+    require_training()
+    import torch
+
+    (tmp_path / "one.txt").write_text(TEXT)
+    folder = tmp_path / "folder"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text(_halves()[0])
+    _jsonl(folder / "sub" / "b.jsonl", [_halves()[1]])
+    (folder / "ignored.csv").write_text("not,text\n")
+    text = _load(tmp_path / "one.txt")
+    jsonl = _load(_jsonl(tmp_path / "two.jsonl", _halves()))
+    both = _load(folder)
+    assert text.seq_len == 32 and text.train.shape[1] == 33 and text.vocab_size == 256 and text.tokenizer == "bytes"
+    assert len(text.train) > 5 * len(text.val) > 0
+    # The folder and the jsonl join the same two documents with the same separator.
+    assert torch.equal(jsonl.train, both.train) and jsonl.fingerprint == both.fingerprint
+    assert bytes(text.train[0].tolist()).decode() == TEXT[:33]
+
+
+def test_parquet_reads_its_text_column(tmp_path):
+    require_training()
+    import pyarrow as pa  # the test extra installs it
+    import pyarrow.parquet as pq
+    import torch
+
+    pq.write_table(pa.table({"text": _halves(), "n": [1, 2]}), tmp_path / "d.parquet")
+    expected = _load(_jsonl(tmp_path / "d.jsonl", _halves()))
+    assert torch.equal(_load(tmp_path / "d.parquet").train, expected.train)
+
+
+def test_saved_datasets_folders_read_their_text_column(tmp_path, monkeypatch):
+    """Our part of reading a `save_to_disk` folder (finding it, the split, the column),
+    with the `datasets` package faked: the real one is not a dependency. (Checked
+    against datasets 5.2 in a separate environment when this was written.)"""
+    require_training()
+    import types
+
+    import torch
+
+    from experiments.lm.data import DataError
+
+    saved = {}
+
+    def load_from_disk(path):
+        return saved[path]
+
+    fake = types.SimpleNamespace(load_from_disk=load_from_disk, DatasetDict=FakeDatasetDict)
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    expected = _load(_jsonl(tmp_path / "d.jsonl", _halves()))
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "state.json").write_text("{}")
+    saved[str(tmp_path / "saved")] = FakeDataset(text=_halves(), n=[1, 2])
+    (tmp_path / "saved-dict").mkdir()
+    (tmp_path / "saved-dict" / "dataset_dict.json").write_text("{}")
+    saved[str(tmp_path / "saved-dict")] = FakeDatasetDict(test=FakeDataset(text=["x"]), train=FakeDataset(text=_halves()))
+    assert torch.equal(_load(tmp_path / "saved").train, expected.train)
+    assert torch.equal(_load(tmp_path / "saved-dict").train, expected.train)
+    (tmp_path / "no-text").mkdir()
+    (tmp_path / "no-text" / "state.json").write_text("{}")
+    saved[str(tmp_path / "no-text")] = FakeDataset(body=["x"])
+    with pytest.raises(DataError, match=r"no column 'text'; columns: body"):
+        _load(tmp_path / "no-text")
+
+
+def test_missing_readers_and_bad_files_are_clear_errors(tmp_path, monkeypatch):
+    require_training()
+    from experiments.lm.data import DataError
+
+    (tmp_path / "d.parquet").write_bytes(b"PAR1")
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "state.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import fails as if not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(DataError, match=r"reading \.parquet needs pyarrow, which is not installed"):
+        _load(tmp_path / "d.parquet")
+    with pytest.raises(DataError, match=r"a Hugging Face `datasets` folder, and the datasets package is not installed"):
+        _load(saved)
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"body": "no text"}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: no string field 'text'"):
+        _load(tmp_path / "bad.jsonl")
+    (tmp_path / "notes.md").write_text(TEXT)
+    with pytest.raises(DataError, match=r"unsupported file type '\.md'; give pydoc-topics, a \.txt"):
+        _load(tmp_path / "notes.md")
+    with pytest.raises(DataError, match=r"no such file or folder; give pydoc-topics"):
+        _load(tmp_path / "absent.txt")
+    (tmp_path / "short.txt").write_text(TEXT[:1030])  # two blocks, one of 6 characters
+    with pytest.raises(DataError, match=r"the (training|validation) split \(\d+ characters\) holds no sequence of 33 tokens"):
+        _load(tmp_path / "short.txt")
+
+
+def test_pydoc_topics_bpe_is_deterministic_cached_and_split(tmp_path):
+    require_training()
+    pytest.importorskip("tokenizers")
+    import torch
+
+    first = _load("pydoc-topics", "bpe", cache_dir=tmp_path)
+    cached = list(tmp_path.glob("bpe-512-*.json"))
+    assert first.tokenizer == "bpe-512" and first.vocab_size == 512 and len(cached) == 1
+    mtime = cached[0].stat().st_mtime_ns
+    again = _load("pydoc-topics", "bpe", cache_dir=tmp_path)
+    assert again.fingerprint == first.fingerprint and cached[0].stat().st_mtime_ns == mtime  # reused, not retrained
+    fresh = _load("pydoc-topics", "bpe")  # trained anew, without the cache: the same merges
+    assert fresh.fingerprint == first.fingerprint
+    assert int(first.train.max()) < 512
+    # The split is of text blocks: each block in exactly one split, a tenth for validation.
+    from experiments.lm import data as lm_data
+
+    texts = lm_data.read_texts("pydoc-topics")
+    train, val = lm_data.split(texts)
+    joined = lm_data.SEPARATOR.join(texts)
+    blocks = [joined[i : i + lm_data.SPLIT_BLOCK_CHARS] for i in range(0, len(joined), lm_data.SPLIT_BLOCK_CHARS)]
+    assert sorted(train + val) == sorted(blocks) and len(val) == round(len(blocks) / 10)
+    assert lm_data.split(texts) == (train, val)
+    # BPE packs the same text into fewer tokens than bytes.
+    assert first.train.numel() < 0.7 * _load("pydoc-topics", "bytes").train.numel()
+    assert torch.equal(first.val, again.val)
+
+
+# --- the training order ------------------------------------------------------------------------
+
+
+def test_order_is_a_function_of_the_step_sharded_by_rank():
+    require_training()
+    from experiments.lm.sampler import StepBatchSampler
+
+    def sampler(batch, rank, world, start=0, seed=7):
+        return StepBatchSampler(num_items=10, batch_size=batch, rank=rank, world_size=world, seed=seed, start_step=start, steps=6)
+
+    one = list(sampler(4, 0, 1))
+    assert len(one) == 6 and len(sampler(4, 0, 1, start=4)) == 6
+    # Two ranks of 2 take the halves of the single rank's batches of 4.
+    assert [a + b for a, b in zip(sampler(2, 0, 2), sampler(2, 1, 2), strict=True)] == one
+    # Resumed at step 4: the same batches the uninterrupted run had from step 4.
+    assert list(sampler(4, 0, 1, start=4)) == one[4:]
+    # Each pass visits every item once, in an order keyed by the seed.
+    stream = [i for batch in one for i in batch]
+    assert sorted(stream[:10]) == sorted(stream[10:20]) == list(range(10)) and stream[:10] != stream[10:20]
+    assert list(sampler(4, 0, 1, seed=8)) != one
+
+
+def test_loader_refuses_a_checkpoint_of_another_order():
+    require_training()
+    import torch
+
+    from experiments.lm.sampler import StepBatchSampler, StepLoader
+
+    loader = StepLoader(torch.zeros(10, 3), StepBatchSampler(10, 2, 0, 2, seed=1, start_step=0, steps=5))
+    state = loader.state_dict()
+    assert state == {"seed": 1, "global_batch_size": 4, "num_items": 10}
+    loader.load_state_dict(state)
+    with pytest.raises(ValueError, match="the checkpoint was written with data order"):
+        loader.load_state_dict({**state, "global_batch_size": 8})
+
+
+# --- measurements ------------------------------------------------------------------------------
+
+
+def test_data_wait_share_is_the_gap_between_steps(monkeypatch):
+    require_training()
+    from types import SimpleNamespace
+
+    from experiments.common import datawait
+
+    # Read once per hook (not at the end of the warm-up step): steps of 1 s, gaps of 0.5, 0.1 and 0.9 s.
+    clock = iter([0.0, 1.0, 2.0, 2.5, 3.5, 3.6, 4.6, 5.5, 6.5]).__next__
+    monkeypatch.setattr(datawait.time, "perf_counter", clock)
+    callback, trainer = datawait.DataWait(warmup_steps=1), SimpleNamespace(global_step=0)
+    for step in range(5):
+        trainer.global_step = step
+        callback.on_train_batch_start(trainer, None, None, step)
+        callback.on_train_batch_end(trainer, None, None, None, step)
+    assert callback.gaps == 3
+    assert callback.share == pytest.approx(1.5 / (1.5 + 4.0))
+
+
+def test_peak_comes_from_the_environment_or_a_stated_estimate(monkeypatch):
+    require_training()
+    from experiments.common import peak
+
+    monkeypatch.setenv("ORCH_PEAK_TFLOPS", "989")
+    assert peak.job_peak("gpu", 4, cpus=64) == (989e12 * 4, "ORCH_PEAK_TFLOPS=989 per device x 4 devices")
+    monkeypatch.setenv("ORCH_PEAK_TFLOPS", "fast")
+    with pytest.raises(ValueError, match="ORCH_PEAK_TFLOPS='fast': must be a positive number"):
+        peak.job_peak("gpu", 4, cpus=64)
+    monkeypatch.delenv("ORCH_PEAK_TFLOPS")
+    value, source = peak.job_peak("gpu", 4, cpus=64)
+    assert value is None and source.startswith("none: set ORCH_PEAK_TFLOPS")
+    value, source = peak.job_peak("cpu", 1, cpus=2)
+    per_core, how = peak.cpu_core_peak()
+    assert (value, source) == ((per_core * 2, f"estimate: 2 CPUs x {how}") if per_core else (None, f"none: {how}; set ORCH_PEAK_TFLOPS"))
+    assert peak.job_cpus(1) == len(os.sched_getaffinity(0))
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch):
+    """Runs of lm.main in this process, in tmp_path with corpus.txt, leaving the process as they found it."""
+    (tmp_path / "corpus.txt").write_text(TEXT)  # small: a short validation
+    yield from isolated(tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["--data", "no/such.txt"], ["--data no/such.txt: no such file or folder; give pydoc-topics, a .txt, .jsonl or .parquet file"]),
+        (["--model", "huge"], ["argument --model: invalid choice: 'huge'", "tiny", "small", "medium", "large"]),
+        (
+            ["--devices", "3", "--global-batch-size", "8"],
+            ["--global-batch-size 8 does not divide across 3 devices", "give a multiple of 3"],
+        ),
+        (["--goldfish-k", "1"], ["goldfish k must be at least 2"]),
+        (["--strategy", "fsdp", "--accelerator", "cpu"], ["--strategy fsdp needs GPUs", "valid on CPU: auto, ddp"]),
+    ],
+)
+def test_bad_input_is_a_usage_error_before_anything_starts(in_process, capsys, argv, fragments):
+    import torch
+
+    from experiments.lm import cli as lm
+
+    with pytest.raises(SystemExit) as exit:
+        lm.main(["--output", "out", *argv])
+    assert exit.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("python -m experiments.lm: error: ") and all(fragment in last for fragment in fragments), last
+    # Nothing made: no output, no process group.
+    assert not (in_process / "out").exists() and not torch.distributed.is_initialized()
+
+
+def test_all_problems_are_named_at_once(in_process, capsys):
+    from experiments.lm import cli as lm
+
+    with pytest.raises(SystemExit):
+        lm.main(["--output", "out", "--data", "nope", "--goldfish-k", "1", "--devices", "2", "--global-batch-size", "3"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--data nope" in last and "goldfish k" in last and "--global-batch-size 3" in last
+
+
+@pytest.mark.slow
+def test_interrupted_and_resumed_run_ends_with_the_same_weights(in_process):
+    """With the goldfish loss on: its mask, too, must be the same after the resume."""
+    import torch
+
+    from experiments.lm import cli as lm
+
+    argv = [*LM_SHORT, "--data", "corpus.txt", "--max-steps", "8", "--batch-size", "4", "--seed", "3", "--goldfish-k", "4"]
+    lm.main([*argv, "--output", "whole"])
+    with pytest.raises(SystemExit) as exit:
+        lm.main([*argv, "--output", "cut"], callbacks=[signal_at(3)])
+    assert exit.value.code == 75
+    checkpoint = torch.load(in_process / "cut" / "model" / "requeue.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 3 and not (in_process / "cut" / "metrics.json").exists()
+    lm.main([*argv, "--output", "cut"])  # the requeued run: resumes from model/requeue.ckpt
+    whole, resumed = model_weights(in_process / "whole"), model_weights(in_process / "cut")
+    assert whole.keys() == resumed.keys()
+    assert all(torch.equal(whole[name], resumed[name]) for name in whole)
+    assert not (in_process / "cut" / "model" / "requeue.ckpt").exists()
+    metrics = [json.loads((in_process / run / "metrics.json").read_text()) for run in ("whole", "cut")]
+    assert metrics[0]["val_loss"] == metrics[1]["val_loss"]
+    # The curves too: the resumed run kept the first run's points and added its own, each step once.
+    whole_curve, cut_curve = ((in_process / run / "dvclive/plots/metrics/train/loss.tsv").read_text() for run in ("whole", "cut"))
+    assert cut_curve == whole_curve and len(cut_curve.splitlines()) == 1 + 8
+
+
+@pytest.mark.slow
+def test_a_signal_in_the_last_step_finishes_the_run(in_process, monkeypatch):
+    """Nothing is left to resume: the run ends normally and tells the job script not to requeue."""
+    import pytorch_lightning as pl
+
+    from experiments.lm import cli as lm
+
+    marker = in_process / "requeue-marker"
+    monkeypatch.setenv("ORCH_REQUEUE_MARKER", str(marker))
+    checkpointed = []
+
+    class Spy(pl.Callback):
+        def on_train_end(self, trainer, pl_module):
+            checkpointed.append(marker.exists())  # the signal was acted on
+
+    argv = [*LM_SHORT, "--data", "corpus.txt", "--max-steps", "3", "--batch-size", "4", "--output", "out"]
+    lm.main(argv, callbacks=[signal_at(3), Spy()])
+    assert checkpointed == [True]
+    assert json.loads((in_process / "out" / "metrics.json").read_text())["val_loss"] > 0
+    assert not (in_process / "out" / "model" / "requeue.ckpt").exists() and not marker.exists()
+
+
+@pytest.mark.slow
+def test_a_signal_while_the_data_loads_stops_the_run_after_its_first_step(in_process, monkeypatch):
+    """Before the trainer exists the signal is noted too (it used to be lost until set-up, and the job ran into its limit)."""
+    import torch
+
+    from experiments.lm import cli as lm
+    from experiments.lm import data as lm_data
+
+    load = lm_data.load
+
+    def load_after_the_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGUSR1)  # as Slurm's --signal, while the data loads
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(lm_data, "load", load_after_the_signal)
+    with pytest.raises(SystemExit) as exit:
+        lm.main([*LM_SHORT, "--data", "corpus.txt", "--max-steps", "8", "--batch-size", "4", "--output", "cut"])
+    assert exit.value.code == 75
+    checkpoint = torch.load(in_process / "cut" / "model" / "requeue.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 1
+
+
+@pytest.mark.slow
+def test_resuming_from_the_first_batch_would_be_caught(in_process, monkeypatch):
+    """The control for the test above: restart the order at step 0 on resume, and the weights differ."""
+    import torch
+
+    from experiments.lm import cli as lm
+    from experiments.lm import sampler
+
+    argv = [*LM_SHORT, "--data", "corpus.txt", "--max-steps", "4", "--batch-size", "4", "--seed", "3"]
+    lm.main([*argv, "--output", "whole"])
+    with pytest.raises(SystemExit):
+        lm.main([*argv, "--output", "cut"], callbacks=[signal_at(2)])
+    original = sampler.StepBatchSampler.batch
+    monkeypatch.setattr(sampler.StepBatchSampler, "batch", lambda self, step: original(self, step - self.start_step))
+    lm.main([*argv, "--output", "cut"])
+    whole, resumed = model_weights(in_process / "whole"), model_weights(in_process / "cut")
+    assert not all(torch.equal(whole[name], resumed[name]) for name in whole)

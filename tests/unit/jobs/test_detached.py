@@ -1,0 +1,176 @@
+"""`orchestrator submit` against a fake Slurm: which items are queued, in what order,
+waiting for which jobs; what a second submit attaches to; what the ledger keeps.
+
+The real queue (dependencies held by slurmctld, the recording job's `dvc repro`)
+is proven on the testbed in tests/integration/slurm/test_slurm_testbed.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from fakes import FakeSlurm
+from support import ACCOUNT, make_project
+
+from orchestrator.errors import OrchestratorError, PipelineError
+from orchestrator.jobs import backends, detached, ledger
+from orchestrator.slurm.states import State
+
+STAGES = {
+    "prep": {
+        "cmd": "orchestrator run --nodes 1 --gpus-per-node 1 -- python prep.py data",
+        "deps": ["prep.py"],
+        "outs": [{"data": {"persist": True}}],
+    },
+    "train": {
+        "cmd": "orchestrator run --nodes 2 --gpus-per-node 1 -- python train.py data model",
+        "deps": ["train.py", "data"],
+        "outs": [{"model": {"persist": True}}],
+    },
+    "solo": {"cmd": "orchestrator run -- python solo.py", "deps": ["solo.py"], "outs": [{"solo": {"persist": True}}]},
+}
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch) -> Path:
+    params = {"orchestrator": {"cluster": "testbed", "account": ACCOUNT}}
+    project = make_project(tmp_path / "p", dvc_yaml=yaml.safe_dump({"stages": STAGES}), params_yaml=yaml.safe_dump(params))
+    for script in ("prep.py", "train.py", "solo.py"):
+        (project / script).write_text(f"print('{script}')\n")
+    # DVC names stages relative to the working directory, as `orchestrator submit` runs in the project.
+    monkeypatch.chdir(project)
+    return project
+
+
+def submit(root: Path, slurm: FakeSlurm, targets=(), at: float = 1000.0) -> tuple[list[detached.ItemJob], list[str]]:
+    lines: list[str] = []
+    rows = detached.submit(root, None, slurm.runner, targets, say=lines.append, now=lambda: at)
+    return rows, lines
+
+
+def test_items_are_queued_upstream_first_and_wait_for_their_upstream_jobs(root):
+    slurm = FakeSlurm()
+    rows, lines = submit(root, slurm)
+    calls = slurm.sbatch_calls()
+    assert list(calls) == ["prep", "train", "solo", "record"]
+    by_item = {r.item: r for r in rows}
+    prep, train = by_item["prep"].job_id, by_item["train"].job_id
+    assert "--dependency=afterok:" + prep in calls["train"] and "--kill-on-invalid-dep=yes" in calls["train"]
+    assert not any(a.startswith("--dependency") for a in calls["prep"] + calls["solo"])
+    assert by_item["train"].after == (prep,) and by_item["prep"].after == () and by_item["solo"].after == ()
+    assert all(not r.attached and r.state == State.PENDING for r in rows)
+    assert f"train: job {train} after {prep}" in lines
+
+
+def test_the_recording_job_waits_for_every_job_and_is_in_the_ledger(root):
+    slurm = FakeSlurm()
+    rows, lines = submit(root, slurm)
+    *items, recorder = rows
+    ids = [r.job_id for r in items]
+    assert recorder.item == detached.RECORD_ITEM and recorder.after == tuple(ids)
+    script = (root / ".orchestrator/scripts/record.sbatch").read_text()
+    assert f"afterany:{':'.join(ids)}" in script and "dvc repro --keep-going" in script
+    (rec,) = ledger.Ledger(root).records(detached.RECORD_ITEM)
+    assert rec.job_id == recorder.job_id and rec.provenance == {"after": ids, "targets": []}
+    assert rec.log == f".orchestrator/logs/record-{recorder.job_id}.log" and rec.submitted_at == 1000.0
+    assert any(f"recording job {recorder.job_id} runs `dvc repro --keep-going`" in line for line in lines)
+
+
+def test_each_submission_is_in_the_ledger(root):
+    slurm = FakeSlurm()
+    rows, _ = submit(root, slurm)
+    book = ledger.Ledger(root)
+    for row in rows[:-1]:
+        (rec,) = book.records(row.item)
+        assert (rec.job_id, rec.backend, rec.profile, rec.state) == (row.job_id, "slurm", "testbed", State.PENDING)
+        assert rec.submitted_at == 1000.0
+        assert len(rec.fingerprint) == 64 and rec.script == f".orchestrator/scripts/testbed/{row.item}.sbatch"
+        assert rec.provenance["profile"] == "testbed"
+        assert "submitting" not in json.loads((root / f".orchestrator/ledger/{row.item}.json").read_text())
+
+
+def test_a_second_submit_attaches_to_the_queued_jobs(root):
+    slurm = FakeSlurm()
+    first, _ = submit(root, slurm)
+    slurm.states[first[0].job_id] = "RUNNING"
+    again, lines = submit(root, slurm, at=2000.0)
+    assert len(slurm.runner.called("sbatch")) == len(first)  # nothing submitted again, the recorder included
+    assert [(r.item, r.job_id) for r in again] == [(r.item, r.job_id) for r in first]
+    assert all(r.attached for r in again) and again[0].state == State.RUNNING
+    assert [r.after for r in again[:-1]] == [(), (), ()]  # an attached job's dependencies were set when it was queued
+    assert any("(submitted earlier) records these jobs too" in line for line in lines)
+    assert all(len(ledger.Ledger(root).records(r.item)) == 1 for r in again)
+
+
+def test_a_finished_upstream_job_is_not_waited_for(root):
+    slurm = FakeSlurm()
+    first, _ = submit(root, slurm)
+    for job in slurm.states:
+        slurm.states[job] = "COMPLETED"
+    (root / "train.py").write_text("print('train, changed')\n")
+    again, _ = submit(root, slurm)
+    by_item = {r.item: r for r in again}
+    assert by_item["prep"].attached and by_item["prep"].state == State.COMPLETED
+    assert not by_item["train"].attached and by_item["train"].job_id not in {r.job_id for r in first}
+    assert not any(a.startswith("--dependency") for a in slurm.sbatch_calls()["train"])
+    # solo did not change, and its job is done: `dvc repro` records it without a new job
+    assert by_item["solo"].attached
+    assert [r.job_id for r in ledger.Ledger(root).records("train")] == [first[1].job_id, by_item["train"].job_id]
+
+
+def test_targets_bring_their_upstream_items_and_nothing_else(root):
+    slurm = FakeSlurm()
+    rows, _ = submit(root, slurm, targets=("train",))
+    assert [r.item for r in rows] == ["prep", "train", detached.RECORD_ITEM]
+    assert ledger.Ledger(root).records("solo") == []
+    assert "dvc repro --keep-going train" in (root / ".orchestrator/scripts/record.sbatch").read_text()
+
+
+def test_a_stale_plain_stage_feeding_an_item_stops_everything(root):
+    stages = {"fetch": {"cmd": "python fetch.py", "deps": ["fetch.py"], "outs": ["raw"]}, **STAGES}
+    stages["prep"] = {**stages["prep"], "deps": ["prep.py", "raw"]}
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    (root / "fetch.py").write_text("print('fetch')\n")
+    (root / "raw").write_text("fetched by hand, not by `dvc repro fetch`\n")
+    slurm = FakeSlurm()
+    with pytest.raises(PipelineError) as err:
+        submit(root, slurm)
+    assert "fetch: run `dvc repro fetch` first" in err.value.render()
+    assert slurm.runner.called("sbatch") == []
+
+
+def test_a_profile_without_a_scheduler_is_refused(root):
+    (root / "params.yaml").write_text(yaml.safe_dump({"orchestrator": {"cluster": "local"}}))
+    slurm = FakeSlurm()
+    with pytest.raises(OrchestratorError, match="has no scheduler"):
+        submit(root, slurm)
+    assert slurm.runner.called("sbatch") == []
+
+
+def test_without_a_service_partition_the_user_is_told_to_run_dvc_repro_of_the_targets(root, tmp_path):
+    from orchestrator.config.profile import BUILTIN_DIR
+
+    text = (BUILTIN_DIR / "testbed.yaml").read_text()
+    assert "  service_partition: debug\n" in text
+    (tmp_path / "no-service.yaml").write_text(text.replace("  service_partition: debug\n", ""))
+    (root / "params.yaml").write_text(yaml.safe_dump({"orchestrator": {"cluster": str(tmp_path / "no-service.yaml"), "account": ACCOUNT}}))
+    slurm = FakeSlurm()
+    rows, lines = submit(root, slurm, targets=("train",))
+    assert [r.item for r in rows] == ["prep", "train"]
+    assert "record" not in slurm.sbatch_calls()
+    assert "when the jobs end, run `dvc repro train`: it attaches to them and records the results" in lines
+
+
+def test_a_refused_recording_job_says_the_jobs_are_queued(root):
+    slurm = FakeSlurm()
+    slurm.refuse["record.sbatch"] = "sbatch: error: invalid partition specified: debug\n"
+    with pytest.raises(backends.SchedulerError) as err:
+        submit(root, slurm)
+    text = err.value.render()
+    assert text.startswith("the recording job was refused: sbatch: error: invalid partition specified: debug")
+    assert "the jobs are submitted; run `dvc repro` when they end" in text
+    assert [r.job_id for r in ledger.Ledger(root).records("prep")] == ["101"]
+    assert ledger.Ledger(root).records(detached.RECORD_ITEM) == []

@@ -1,0 +1,192 @@
+"""Provenance: what a submission records (code version, profile and script by hash,
+image), what `orchestrator show` prints, and the provenance.json beside the metrics."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from fakes import FakeRunner
+from support import invoke
+
+from orchestrator.config import selection
+from orchestrator.jobs import ledger, provenance
+from orchestrator.slurm.states import State
+from orchestrator.util import yamlio
+from orchestrator.util.runner import Completed
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+SCRIPT = "#!/bin/bash\n#SBATCH --nodes=2\nsrun python train.py\n"
+
+
+def git(status: str = "", head: str = COMMIT, head_rc: int = 0) -> FakeRunner:
+    """A runner whose git is at ``head``, with ``status`` as `git status --porcelain`'s answer."""
+
+    def answer(argv):
+        if "rev-parse" in argv:
+            return Completed(tuple(argv), head_rc, head + "\n", "" if head_rc == 0 else "fatal: not a git repository")
+        return Completed(tuple(argv), 0, status, "")
+
+    return FakeRunner({"git": answer}, installed={"git"})
+
+
+def test_a_submission_records_code_profile_and_script(tmp_path):
+    loaded = selection.load_profile("testbed")
+    runner = git()
+    prov = provenance.at_submission(tmp_path, runner, loaded, SCRIPT)
+    assert prov == {
+        "profile": "testbed",
+        "profile_source": "built-in",
+        "profile_sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
+        "script_sha256": hashlib.sha256(SCRIPT.encode()).hexdigest(),
+        "git_commit": COMMIT,
+        "git_dirty": False,
+    }
+    assert ["git", "-C", str(tmp_path), "rev-parse", "HEAD"] in runner.calls
+
+
+def test_changed_tracked_files_make_it_dirty_untracked_ones_do_not(tmp_path):
+    loaded = selection.load_profile("testbed")
+    runner = git(status=" M orchestrator/jobs/detached.py\n")
+    assert provenance.at_submission(tmp_path, runner, loaded, SCRIPT)["git_dirty"] is True
+    (status,) = [argv for argv in runner.called("git") if "status" in argv]
+    assert "--untracked-files=no" in status  # results beside the code are not a change to the code
+
+
+@pytest.mark.parametrize("runner", [FakeRunner(installed=set()), git(head="", head_rc=128)], ids=["no git", "not a repository"])
+def test_without_git_there_is_no_commit(tmp_path, runner):
+    prov = provenance.at_submission(tmp_path, runner, selection.load_profile("testbed"), SCRIPT)
+    assert "git_commit" not in prov and "git_dirty" not in prov
+    assert prov["script_sha256"] == hashlib.sha256(SCRIPT.encode()).hexdigest()
+
+
+def test_a_different_script_or_profile_has_a_different_hash(tmp_path):
+    testbed, lumi = selection.load_profile("testbed"), selection.load_profile("lumi")
+    first = provenance.at_submission(tmp_path, git(), testbed, SCRIPT)
+    assert provenance.at_submission(tmp_path, git(), testbed, SCRIPT + "echo more\n")["script_sha256"] != first["script_sha256"]
+    other = provenance.at_submission(tmp_path, git(), lumi, SCRIPT)
+    assert other["profile"] == "lumi" and other["profile_sha256"] != first["profile_sha256"]
+
+
+def test_a_profile_file_is_named_by_its_path(tmp_path):
+    from orchestrator.config.profile import BUILTIN_DIR
+
+    path = tmp_path / "mine.yaml"
+    path.write_text((BUILTIN_DIR / "testbed.yaml").read_text())
+    prov = provenance.at_submission(tmp_path, git(), selection.load_profile(str(path)), SCRIPT)
+    assert prov["profile_source"] == str(path)
+    assert prov["profile_sha256"] == hashlib.sha256(path.read_text().encode()).hexdigest()
+
+
+def test_the_image_is_recorded_when_the_job_runs_in_a_container(tmp_path):
+    with_image = selection.load_profile("generic-nvidia")
+    assert with_image.profile.container.image and with_image.profile.container.runtime
+    assert provenance.at_submission(tmp_path, git(), with_image, SCRIPT)["image"] == with_image.profile.container.image
+    assert "image" not in provenance.at_submission(tmp_path, git(), selection.load_profile("testbed"), SCRIPT)
+
+
+# --- a finished job's provenance ---------------------------------------------------------------
+
+
+def record(job_id: str, fp: str = "f" * 64, **more) -> ledger.Record:
+    values = dict(
+        item="train@x",
+        fingerprint=fp,
+        backend="slurm",
+        job_id=job_id,
+        profile="testbed",
+        script=".orchestrator/scripts/testbed/train@x.sbatch",
+        submitted_at=1000.0,
+        state=State.COMPLETED,
+        exit_code=0,
+        log=f".orchestrator/logs/train@x-{job_id}.log",
+        nodelist="node[1-2]",
+        nodes=2,
+        elapsed_s=95,
+        requeues=1,
+        provenance={"profile": "testbed", "git_commit": COMMIT, "git_dirty": False, "script_sha256": "s" * 64},
+    )
+    values.update(more)
+    return ledger.Record(**values)
+
+
+def test_of_joins_the_submission_and_how_the_job_ran():
+    earlier, other, last = record("101", state=State.FAILED), record("102", fp="e" * 64), record("103")
+    data = provenance.of(last, [earlier, other, last])
+    assert data == {
+        "item": "train@x",
+        "profile": "testbed",
+        "git_commit": COMMIT,
+        "git_dirty": False,
+        "script_sha256": "s" * 64,
+        "backend": "slurm",
+        "job_id": "103",
+        "job_ids": ["101", "103"],  # the submissions of this fingerprint only
+        "nodelist": "node[1-2]",
+        "nodes": 2,
+        "requeues": 1,
+        "elapsed_s": 95,
+        "state": "completed",
+        "exit_code": 0,
+        "script": ".orchestrator/scripts/testbed/train@x.sbatch",
+        "log": ".orchestrator/logs/train@x-103.log",
+        "fingerprint": "f" * 64,
+        "rerun": f"git checkout {COMMIT} && dvc repro train@x",
+    }
+
+
+def test_how_the_job_ran_wins_over_what_submission_recorded():
+    rec = record("103", provenance={"job_id": "stale", "state": "pending", "profile": "testbed"})
+    data = provenance.of(rec, [rec])
+    assert (data["job_id"], data["state"], data["profile"]) == ("103", "completed", "testbed")
+
+
+def test_without_a_commit_the_rerun_says_which_to_check_out():
+    rec = record("103", provenance={"profile": "testbed"})
+    assert provenance.of(rec, [rec])["rerun"] == "git checkout <commit> && dvc repro train@x"
+
+
+def test_show_prints_it_as_yaml_that_reads_back():
+    rec = record("103")
+    data = provenance.of(rec, [rec])
+    assert yaml.safe_load(yamlio.dump(data)) == data
+
+
+def test_show_prints_the_newest_job_of_an_item(tmp_path):
+    book = ledger.Ledger(tmp_path)
+    with book.locked("train@x") as records:
+        records.append(record("101", state=State.FAILED))
+        records.append(record("103"))
+    done = invoke("show", "train@x", "--project", str(tmp_path))
+    assert done.exit_code == 0, done.output
+    shown = yaml.safe_load(done.output)
+    assert shown["job_id"] == "103" and shown["job_ids"] == ["101", "103"] and shown["git_commit"] == COMMIT
+
+
+def test_provenance_json_is_written_once_beside_each_metrics_folder(tmp_path):
+    metrics = ["results/a/metrics.json", "results/a/eval.json", "results/b/metrics.json"]
+    for m in metrics:
+        (tmp_path / m).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "results/a/provenance.json").write_text("{}\n")  # an earlier run's
+    data = provenance.of(record("103"), [record("103")])
+    provenance.write_beside(tmp_path, metrics, data)
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert written == ["results/a/provenance.json", "results/b/provenance.json"]  # nothing left beside them
+    for folder in ("a", "b"):
+        text = (tmp_path / "results" / folder / provenance.FILE).read_text()
+        assert json.loads(text) == data and text.endswith("}\n")
+        assert list(json.loads(text)) == sorted(data)  # sorted keys: the file diffs cleanly between runs
+
+
+def test_nothing_is_written_without_metrics(tmp_path):
+    provenance.write_beside(tmp_path, [], {"job_id": "1"})
+    assert list(Path(tmp_path).iterdir()) == []
+
+
+def test_the_file_name_is_the_one_dvc_stages_know():
+    from orchestrator.pipeline import stages
+
+    assert provenance.FILE == stages.PROVENANCE_FILE == "provenance.json"

@@ -1,0 +1,104 @@
+"""status, logs, show and cancel from the ledger, with the scheduler faked."""
+
+from __future__ import annotations
+
+from fakes import FakeRunner, ok
+from support import invoke
+
+from orchestrator.jobs import ledger, status
+from orchestrator.slurm.states import State
+
+
+def record(item, job_id, state=State.RUNNING, backend="slurm", log=None):
+    return ledger.Record(
+        item=item,
+        fingerprint="f" + job_id,
+        backend=backend,
+        job_id=job_id,
+        profile="testbed",
+        script="s",
+        submitted_at=1.0,
+        state=state,
+        log=log,
+    )
+
+
+def seed(root):
+    book = ledger.Ledger(root)
+    for rec in [
+        record("bench@a", "11"),
+        record("bench@b", "12"),
+        record("bench@c", "13", State.COMPLETED),
+        record("other", "local-5", State.COMPLETED, backend="local"),
+    ]:
+        with book.locked(rec.item) as entries:
+            entries.append(rec)
+    return book
+
+
+def test_refresh_asks_the_scheduler_once_for_all_live_jobs(tmp_path):
+    seed(tmp_path)
+    runner = FakeRunner({"sacct": ok("11|COMPLETED|0:0|30|2|node[1-2]|None\n12|FAILED|1:0|3|1|node1|None\n"), "squeue": ok("")})
+    rows = {r.item: r for r in status.refresh(tmp_path, runner)}
+    # one sacct for all; one squeue for the jobs it says ended (a requeue may not be in the database yet)
+    assert [c[0] for c in runner.calls] == ["sacct", "squeue"] and "11,12" in runner.calls[0] and "11,12" in runner.calls[1]
+    assert rows["bench@a"].state == State.COMPLETED and rows["bench@a"].nodes == "node[1-2]" and rows["bench@a"].elapsed_s == 30
+    assert rows["bench@b"].state == State.FAILED and rows["bench@b"].exit_code == 1
+    assert ledger.Ledger(tmp_path).records("bench@b")[-1].state == State.FAILED  # written back
+    assert status.refresh(tmp_path, runner, ["bench@c"])[0].state == State.COMPLETED
+    assert len(runner.calls) == 2  # nothing live left to ask about
+
+
+def test_scheduler_down_shows_what_the_ledger_knows(tmp_path):
+    seed(tmp_path)
+    rows = status.refresh(tmp_path, FakeRunner({"sacct": ok("", "error", rc=1), "squeue": ok("", "error", rc=1)}))
+    assert {r.item: r.state for r in rows}["bench@a"] == State.RUNNING
+
+
+def test_cancel_one_scancel_for_all(tmp_path):
+    seed(tmp_path)
+    runner = FakeRunner({"scancel": ok()})
+    assert sorted(status.cancel(tmp_path, runner, ["bench"])) == ["11", "12"]
+    assert runner.calls == [["scancel", "11", "12"]]
+    assert ledger.Ledger(tmp_path).records("bench@a")[-1].state == State.CANCELLED
+
+
+def test_logs_show_and_unknown_items(tmp_path):
+    book = ledger.Ledger(tmp_path)
+    log = tmp_path / ".orchestrator/logs/x-7.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("hello from the job\n")
+    with book.locked("x") as entries:
+        entries.append(record("x", "local-7", State.COMPLETED, backend="local", log=".orchestrator/logs/x-7.log"))
+    done = invoke("logs", "x", "--project", str(tmp_path))
+    assert done.exit_code == 0 and done.output == "hello from the job\n"
+    done = invoke("logs", "x", "--follow", "--project", str(tmp_path))  # the job has ended: returns
+    assert done.exit_code == 0 and done.output == "hello from the job\n"
+    done = invoke("show", "x", "--project", str(tmp_path))
+    assert done.exit_code == 0 and "job_id: local-7" in done.output and "rerun: git checkout" in done.output
+    done = invoke("logs", "nope", "--project", str(tmp_path))
+    assert done.exit_code == 2 and "no submitted item matches nope" in done.output and "items in the ledger: x" in done.output
+
+
+def test_status_shows_mfu_and_node_fault_retries(tmp_path):
+    """MFU from the finished run's metrics against the profile's peak (lumi: 191.5 TFLOP/s
+    per GCD); the node-fault column appears only when an item was retried."""
+    import dataclasses
+    import json
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/metrics.json").write_text(json.dumps({"tokens_per_second": 1000.0, "flops_per_token": 6e10, "world_size": 2}))
+    book = ledger.Ledger(tmp_path)
+    done = dataclasses.replace(record("lm@big", "21", State.COMPLETED), profile="lumi", metrics=("out/metrics.json",))
+    faulted = dataclasses.replace(
+        record("lm@small", "30", State.FAILED), fingerprint="g", fault="NODE_FAIL on nid001", fault_nodes=("nid001",)
+    )
+    retried = dataclasses.replace(record("lm@small", "31", State.COMPLETED), fingerprint="g", excluded=("nid001",))
+    for rec in (done, faulted, retried):
+        with book.locked(rec.item) as entries:
+            entries.append(rec)
+    rows = {r.item: r for r in status.refresh(tmp_path, FakeRunner())}
+    assert abs(rows["lm@big"].mfu - 1000 * 6e10 / 2 / 191.5e12) < 1e-12
+    assert rows["lm@small"].mfu is None and rows["lm@small"].node_faults == 1 and rows["lm@small"].avoiding == ("nid001",)
+    out = invoke("status", "--project", str(tmp_path)).output
+    assert "MFU" in out and "15.7%" in out and "node faults" in out and "1 retried, avoiding nid001" in out
