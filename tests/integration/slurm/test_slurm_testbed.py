@@ -215,23 +215,17 @@ def test_detached_submit_returns_at_once_and_records_everything(slurm_testbed, t
     since = time.time()
     start = time.monotonic()
     env = {**os.environ, "PROBE_SLEEP": "3"}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "submit"],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    second = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "submit"],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    first, second = (
+        subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "submit"],
+            cwd=project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for _ in range(2)
     )
     out1, err1 = first.communicate(timeout=60)
     out2, err2 = second.communicate(timeout=60)
