@@ -158,7 +158,7 @@ def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, jo
             .get_template("record.sh.j2")
             .render(
                 version=__version__,
-                workspace=ws.workspace,
+                workspace=ws.absolute_root,
                 account=ws.params.settings.account,
                 partition=partition,
                 dependency="afterany:" + ":".join(job_ids),
@@ -170,7 +170,7 @@ def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, jo
         script = ws.root / SCRIPTS_DIR / "record.sbatch"
         write_script(script, text)
         try:
-            job_id = backend.sbatch(script, ws.workspace, RECORD_ITEM)
+            job_id = backend.sbatch(script, ws.absolute_root, RECORD_ITEM)
         except backends.Refused as exc:
             raise backends.SchedulerError(
                 f"the recording job was refused: {exc.stderr.strip()}", hints=["the jobs are submitted; run `dvc repro` when they end"]

@@ -81,7 +81,7 @@ def executor(
         binds=(str(folder),),  # the task reads its pickled function and writes its result there
         container=container,
     )
-    plan = make_plan(spec, name, "", ws.profile, ws.params.settings, ws.workspace, "sbatch")
+    plan = make_plan(spec, name, "", ws.profile, ws.params.settings, ws.absolute_root, "sbatch")
     if plan.problems:
         raise PlanError(f"cannot make a submitit executor for {ws.cluster}", plan.problems)
 

@@ -39,7 +39,8 @@ class Workspace:
         return cls(root, name, selection.load_profile(name), base.for_cluster(name), base.overlay_for(name), form)
 
     @property
-    def workspace(self) -> str:
+    def absolute_root(self) -> str:
+        """The project's absolute path, as scripts name it (a job may start anywhere)."""
         return str(self.root.resolve())
 
     def items(self, targets: Sequence[str] = ()) -> list[stages.Item]:
@@ -56,7 +57,7 @@ class Workspace:
             item.wdir,
             self.profile,
             self.params.settings,
-            self.workspace,
+            self.absolute_root,
             self.form,
             inputs=inputs,
             outputs=item.outputs,
