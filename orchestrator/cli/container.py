@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli.options import cluster_option, project_option
 from orchestrator.containers.build import DEFAULT_TIMEOUT, IMAGES_DIR, build
 from orchestrator.containers.images import CONTAINERS_DIR, ContainerError
 
@@ -42,15 +43,9 @@ def container() -> None:
 )
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Give up on a build after this many seconds.")
 @click.option("--push", is_flag=True, help="Then copy the image to the profile's container.image path on its push_host (rsync over ssh).")
-@click.option("--cluster", "-c", default=None, help="With --push: the profile (default: as `orchestrator run` picks it).")
+@cluster_option("With --push: built-in profile name or profile file")
 @click.option("--ssh-option", "ssh_options", multiple=True, help="With --push: an option for ssh (repeatable), e.g. --ssh-option=-p2222.")
-@click.option(
-    "--project",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=".",
-    show_default=True,
-    help="The project (folder with containers/).",
-)
+@project_option
 def build_command(name, force, output, digest_file, overrides, timeout, push, cluster, ssh_options, project) -> None:
     """Build image NAME of containers/images.yaml (default: ci) unless it is up to date.
 
