@@ -35,7 +35,13 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
 @click.argument("targets", nargs=-1)
 @cluster_option()
 @project_option
-def submit(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
+@click.option(
+    "--force",
+    "-f",
+    is_flag=True,
+    help="Submit every orchestrated item of TARGETS again, also those whose last job succeeded (like `dvc repro -f`).",
+)
+def submit(targets: tuple[str, ...], cluster: str | None, project: Path, force: bool) -> None:
     """Submit every stale orchestrated item at once and return (you may log out).
 
     Downstream items wait for their upstream jobs (--dependency=afterok). A last
@@ -45,7 +51,8 @@ def submit(targets: tuple[str, ...], cluster: str | None, project: Path) -> None
     from orchestrator.jobs import detached
     from orchestrator.util.runner import SubprocessRunner
 
-    done = detached.submit(project, cluster, SubprocessRunner(), targets, say=lambda line: click.echo(f"orchestrator: {line}", err=True))
+    say = lambda line: click.echo(f"orchestrator: {line}", err=True)  # noqa: E731
+    done = detached.submit(project, cluster, SubprocessRunner(), targets, say=say, force=force)
     if not done:
         click.echo("nothing to submit: every orchestrated stage is up to date")
         return
@@ -92,8 +99,15 @@ def status(targets: tuple[str, ...], watch: bool, project: Path) -> None:
                     if r.node_faults or r.avoiding
                     else "-"
                 )
+        if any(r.reason or r.recovered for r in rows):  # only when something waits or was repaired
+            columns.append("note")
+            for r, row in zip(rows, cells, strict=True):
+                row.append("; ".join(filter(None, [r.reason, r.recovered])) or "-")
         table(tuple(columns), [tuple(c) for c in cells])
-        if not watch or all(r.state.final for r in rows):
+        for r in rows:
+            if r.stuck:
+                click.echo(f"orchestrator: {r.item}: job {r.job_id} will not start by itself ({r.reason}): {r.stuck}", err=True)
+        if not watch or not any(r.state.active for r in rows):
             return
         time.sleep(interval)
         interval = min(interval * 1.5, 60.0)

@@ -68,6 +68,10 @@ class Scheduler:
     # Where the small job that records a detached submit's results runs (a cheap
     # CPU partition); None: run `dvc repro` yourself when the jobs end.
     service_partition: str | None = None
+    # A job Slurm will not start without someone acting (held, or pending for a reason
+    # that never clears by itself) is reported at once; `orchestrator run` gives up
+    # waiting for it after this long (the job stays queued: release or cancel it).
+    stuck_timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,8 @@ def problems(p: Profile) -> list[str]:
         found.append("scheduler.node_fault_retries must be 0 or more")
     if not s.retry_backoff_s >= 0:
         found.append("scheduler.retry_backoff_s must be 0 or more seconds")
+    if not 0 < s.stuck_timeout_s < float("inf"):
+        found.append("scheduler.stuck_timeout_s must be a positive number of seconds")
     if s.service_partition is not None and not patterns.DIRECTIVE_SAFE.fullmatch(s.service_partition):
         found.append(f"scheduler.service_partition {s.service_partition!r} has characters Slurm directives cannot carry")
     for key, part in s.partitions.items():

@@ -190,8 +190,9 @@ class SbatchBackend:
         # Ask the controller about jobs the database lacks, and about jobs it says
         # ended: Slurm requeues a --requeue job whose node failed, and the database
         # learns of the new run after a while (seen: NODE_FAIL listed as the last run
-        # while the job was pending again). The controller is right about jobs it holds.
-        ask = [j for j in job_ids if j not in found or found[j].state.final]
+        # while the job was pending again). The controller is right about jobs it holds,
+        # and only it knows why a pending job waits now (the database's reason lags).
+        ask = [j for j in job_ids if j not in found or found[j].state.final or found[j].state == State.PENDING]
         if ask:
             try:
                 squeue = self._run(commands.squeue_argv(ask), timeout=60)
@@ -204,6 +205,8 @@ class SbatchBackend:
                 ended = found.get(job_id)
                 if ended is None:
                     found[job_id] = info
+                elif ended.state == State.PENDING:
+                    found[job_id] = dataclasses.replace(info, requeues=ended.requeues, node_failures=ended.node_failures)
                 elif info.state.active and not info.slurm_state.startswith(_WINDING_DOWN):
                     # Running again: the run the database saw end was an earlier run.
                     failed_on = (ended.nodelist,) if states.node_failed(ended.slurm_state) and ended.nodelist else ()

@@ -21,7 +21,7 @@ from pathlib import Path
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
 from orchestrator.jobs import backends, ledger, submission
-from orchestrator.pipeline import fingerprint
+from orchestrator.pipeline import fingerprint, invocation
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.quoting import join as shell_join
@@ -51,7 +51,10 @@ def submit(
     targets: Sequence[str] = (),
     say: Callable[[str], None] = print,
     now: Callable[[], float] | None = None,
+    force: bool = False,
 ) -> list[ItemJob]:
+    """Submit the stale items of ``targets`` (all when ``force``, even those whose jobs
+    succeeded: see :mod:`orchestrator.pipeline.invocation`)."""
     import time
 
     from dvc.exceptions import DvcException
@@ -66,7 +69,8 @@ def submit(
         )
     try:
         with Repo(str(root)) as repo:
-            order, stale_plain = _stale_in_order(repo, ws, targets)
+            force = force or invocation.forced()
+            order, stale_plain = _stale_in_order(repo, ws, targets, force)
             fps = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root))
             prints = {name: fps.of(name) for name in order}
             outs, deps = {}, {}
@@ -93,25 +97,29 @@ def submit(
         script = ws.script_path(plan)
         write_script(script, text)
         after = tuple(done[u].job_id for u in _upstream(name, deps[name], order, outs) if u in done and done[u].state.active)
-        sub = submission.Submission(ws, plan, script, text, prints[name], outs[name], after)
+        sub = submission.Submission(ws, plan, script, text, prints[name], outs[name], after, force)
         with book.locked(name) as records:
             outcome = submission.attach_or_submit(records, sub, backend, runner, now())
         state = outcome.info.state if outcome.info else outcome.record.state
         done[name] = ItemJob(name, outcome.record.job_id, outcome.attached, state, () if outcome.attached else after)
         if not outcome.attached:
-            say(f"{name}: job {outcome.record.job_id}" + (f" after {','.join(after)}" if after else ""))
+            why = f" ({outcome.why_new})" if outcome.why_new else ""
+            say(f"{name}: job {outcome.record.job_id}" + (f" after {','.join(after)}" if after else "") + why)
     recorder = _submit_recorder(ws, backend, targets, [s.job_id for s in done.values() if s.state.active], now, say)
     return [*done.values(), *([recorder] if recorder else [])]
 
 
-def _stale_in_order(repo, ws: Workspace, targets: Sequence[str]) -> tuple[list[str], list[str]]:
+def _stale_in_order(repo, ws: Workspace, targets: Sequence[str], force: bool = False) -> tuple[list[str], list[str]]:
     """Orchestrated items to submit, upstream first; and stale plain stages feeding them."""
     import networkx as nx
 
     graph = repo.index.graph  # edges point from a stage to the stages it depends on
     by_name = {s.addressing: s for s in graph}
     chosen = {s.addressing for t in targets for s in repo.stage.collect(t, with_deps=True, glob="*" in t)} if targets else set(by_name)
-    stale = {name for name in repo.status(targets=list(targets) or None, with_deps=bool(targets)) if name in chosen}
+    if force:
+        stale = {name for name in chosen if name in ws.jobs}
+    else:
+        stale = {name for name in repo.status(targets=list(targets) or None, with_deps=bool(targets)) if name in chosen}
     for name in list(stale):  # what depends on a stale item will change too
         stale |= {s.addressing for s in nx.ancestors(graph, by_name[name])} & chosen
     order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in stale]

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.config import profile
-from orchestrator.errors import JobFailed, PipelineError, PlanError
+from orchestrator.errors import ConfigError, JobFailed, PipelineError, PlanError
 from orchestrator.jobs import backends, faults, ledger, provenance
 from orchestrator.jobs.submission import Outcome, Submission, attach_or_submit
-from orchestrator.pipeline import fingerprint, stages
+from orchestrator.pipeline import fingerprint, invocation, stages
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.plan import Form, Plan
 from orchestrator.scripts.workspace import Workspace
+from orchestrator.slurm import reasons
 from orchestrator.slurm.states import JobInfo, State
 from orchestrator.slurm.times import hms
 from orchestrator.util.runner import Runner
@@ -38,7 +39,22 @@ class Clock:
 
 
 def _env_seconds(name: str, default: float) -> Callable[[], float]:
-    return lambda: float(os.environ.get(name, default))
+    def read() -> float:
+        text = os.environ.get(name)
+        if text is None:
+            return default
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value <= 86400:  # also false for nan
+            raise ConfigError(
+                f"environment variable {name}={text[:80]!r} is not a number of seconds between 0 and 86400",
+                hints=[f"unset it (default {default:g}) or set a positive number, e.g. {name}={default:g}"],
+            )
+        return value
+
+    return read
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,7 @@ def run_item(
     script = ws.script_path(plan)
     write_script(script, text)
     fp, outs, metrics = _identity(ws, ctx, text)
-    submission = Submission(ws, plan, script, text, fp, outs)
+    submission = Submission(ws, plan, script, text, fp, outs, force=invocation.forced())
     backend = backend_for(plan, ws.profile, ctx.root, runner)
     book = ledger.Ledger(ctx.root)
 
@@ -121,7 +137,7 @@ def run_item(
             outcome = attach_or_submit(records, submission, backend, runner, clock.now())
         _announce(outcome, ctx.item, ws.cluster, plan, say)
         requeued = _RequeuedOffFailedNodes(backend, book, ctx.item, outcome.record, say)
-        info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info, observe=requeued)
+        info = wait(backend, outcome.record.job_id, ctx.item, clock, polling, say, outcome.info, requeued, scheduler.stuck_timeout_s)
         fault = None
         if info.state != State.COMPLETED:
             fault = faults.classify(info, faults.read_tail(outcome.record.log_path(ctx.root)), backend.unhealthy)
@@ -196,6 +212,8 @@ def _announce(outcome: Outcome, item: str, cluster: str, plan: Plan, say) -> Non
     elif outcome.attached:
         say(f"{item}: attached to job {rec.job_id} ({rec.state.value}), submitted earlier with the same script and inputs")
     else:
+        if outcome.why_new:
+            say(f"{item}: {outcome.why_new}; submitting a new one")
         avoiding = f", avoiding {','.join(rec.excluded)}" if rec.excluded else ""
         say(f"{item}: submitted job {rec.job_id} on {cluster} ({plan.nodes}x{plan.tasks_per_node}{avoiding}); log {rec.log}")
 
@@ -233,18 +251,37 @@ def wait(
     say,
     info: JobInfo | None = None,
     observe: Callable[[JobInfo], None] | None = None,
+    stuck_timeout_s: float = float("inf"),
 ) -> JobInfo:
-    """Poll until the job ends; a line per state change and a heartbeat, never a flood.
+    """Poll until the job ends; a line per change of state or pending reason and a
+    heartbeat, never a flood.
 
     A failed query (controller or database down) is reported and retried with
     backoff; it never counts as the job's end, so it never causes a resubmission.
+    A job Slurm will not start without someone acting (:mod:`~orchestrator.slurm.reasons`)
+    is reported at once with what to do; after ``stuck_timeout_s`` of that, JobFailed
+    (the job stays queued: a later run follows it once it is released).
     """
     interval = polling.first_s
-    last_state = info.state if info else None
+    last: tuple | None = (info.state, info.reason) if info else None
     last_line = clock.now()
+    stuck_since: float | None = None
     while True:
         if info is not None and info.state.final:
             return info
+        if info is not None:
+            blocked = reasons.stuck(info)
+            if blocked is None:
+                stuck_since = None
+            elif stuck_since is None:
+                stuck_since = clock.now()
+                say(f"{item}: job {job_id} will not start by itself ({blocked.reason}): {blocked.what_to_do}")
+            elif clock.now() - stuck_since >= stuck_timeout_s:
+                raise JobFailed(
+                    f"{item}: job {job_id} has been pending for {blocked.reason} for {clock.now() - stuck_since:.0f} s; "
+                    "stopped waiting (scheduler.stuck_timeout_s in the profile)",
+                    hints=[blocked.what_to_do, f"the job stays queued: once it is released, a new run follows it; or `scancel {job_id}`"],
+                )
         clock.sleep(interval)
         interval = min(interval * polling.factor, polling.max_s)
         try:
@@ -258,11 +295,17 @@ def wait(
         if observe is not None:
             observe(info)
         now = clock.now()
-        if info.state != last_state or now - last_line >= polling.heartbeat_s:
-            where = f" on {info.nodelist}" if info.nodelist else ""
-            elapsed = f", {hms(info.elapsed_s)} elapsed" if info.elapsed_s is not None else ""
-            say(f"{item}: job {job_id} {info.state.value}{where}{elapsed}")
-            last_state, last_line = info.state, now
+        if (info.state, info.reason) != last or now - last_line >= polling.heartbeat_s:
+            say(f"{item}: job {job_id} {describe(info)}")
+            last, last_line = (info.state, info.reason), now
+
+
+def describe(info: JobInfo) -> str:
+    """``pending (Priority)``, ``running on node[1-2], 0:01:02 elapsed``."""
+    why = f" ({info.reason})" if info.state == State.PENDING and info.reason else ""
+    where = f" on {info.nodelist}" if info.nodelist else ""
+    elapsed = f", {hms(info.elapsed_s)} elapsed" if info.elapsed_s is not None and info.state != State.PENDING else ""
+    return f"{info.state.value}{why}{where}{elapsed}"
 
 
 def _log_hints(root: Path, record: ledger.Record, lines: int = 20) -> list[str]:

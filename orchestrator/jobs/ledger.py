@@ -6,6 +6,12 @@ rename), so a reader never sees half a file and a killed writer leaves the old
 one. Read-check-submit-append runs under an exclusive ``flock`` on the item's
 lock file, so two processes (two ``orchestrator submit`` started together, a
 ``dvc repro`` next to a ``submit``) never both submit the same item.
+
+A file that cannot be read (truncated, emptied, binary, a folder, the wrong
+shape) is moved aside, never deleted, and replaced by an empty ledger that says
+so (:class:`Recovery`): before anything is submitted for that item again,
+Slurm is asked for the item's job (:func:`orchestrator.jobs.submission.recover`),
+so a damaged file never causes a second job.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +77,11 @@ class Record:
     def from_json(cls, data: dict) -> Record:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
+        for name in ("item", "fingerprint", "backend", "job_id", "profile", "script"):
+            if not isinstance(values.get(name), str):
+                raise ValueError(f"{name} must be a string, not {values.get(name)!r:.40}")
+        if not isinstance(values.get("submitted_at"), int | float):
+            raise ValueError("submitted_at must be a number")
         values["state"] = State(values.get("state", "unknown")) if values.get("state") in State._value2member_map_ else State.UNKNOWN
         for name in ("excluded", "fault_nodes", "metrics"):
             values[name] = tuple(values.get(name, ()))
@@ -90,13 +104,36 @@ class Intent:
     known: tuple[str, ...] = ()  # job ids already recorded: not the one we look for
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """What replaced a damaged ledger file: where the file went and what was wrong."""
+
+    item: str  # the item's name, or the file's where no item was named
+    damaged: str  # where the damaged file was moved (relative to the ledger folder)
+    problem: str
+    mtime: float  # of the damaged file: the item's jobs were submitted before it
+    checked: bool = False  # Slurm has been asked for the item's job since
+    found: str | None = None  # the job Slurm named, if any
+
+
+class LedgerDamaged(Exception):
+    """A ledger file that cannot be read; the message says what is wrong with it."""
+
+
 class ItemLedger:
     """The records of one item, read and written while its lock is held."""
 
-    def __init__(self, path: Path, records: list[Record], intent: Intent | None = None) -> None:
+    def __init__(self, path: Path, records: list[Record], intent: Intent | None = None, recovery: Recovery | None = None) -> None:
         self.path = path
         self.records = records
         self.intent = intent
+        self.recovery = recovery
+
+    def recovered(self, found: str | None) -> None:
+        """Slurm has been asked for the item's job after a recovery; ``found`` is its answer."""
+        if self.recovery is not None:
+            self.recovery = dataclasses.replace(self.recovery, checked=True, found=found)
+            self._save()
 
     def trailing_faults(self, fingerprint: str) -> list[Record]:
         """The records of ``fingerprint`` since its last job that did not fail on a
@@ -138,12 +175,17 @@ class ItemLedger:
         raise KeyError(job_id)
 
     def _save(self) -> None:
-        _write(self.path, self.records, self.intent)
+        _write(self.path, self.records, self.intent, self.recovery)
+
+
+def _say(line: str) -> None:
+    print(f"orchestrator: {line}", file=sys.stderr, flush=True)
 
 
 class Ledger:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, say: Callable[[str], None] = _say) -> None:
         self.dir = root / LEDGER_DIR
+        self.say = say  # where a recovered file is reported
 
     def _path(self, item: str) -> Path:
         return self.dir / f"{safe_name(item)}.json"
@@ -153,39 +195,91 @@ class Ledger:
         """Hold the item's lock; yields its records for reading and appending."""
         path = self._path(item)
         with files.locked(path.with_suffix(".lock")):
-            yield ItemLedger(path, *_read_all(path))
+            yield self._open(path, item)
+
+    def _open(self, path: Path, item: str | None) -> ItemLedger:
+        """The item's ledger, a damaged file recovered (call it holding the lock)."""
+        try:
+            return ItemLedger(path, *_read_all(path))
+        except LedgerDamaged as exc:
+            return self._recover(path, item, str(exc))
+
+    def _recover(self, path: Path, item: str | None, problem: str) -> ItemLedger:
+        stat = path.lstat()
+        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        os.rename(path, aside)  # kept for whoever wants to look at it; a folder moves the same way
+        recovery = Recovery(item or path.stem, aside.name, problem, stat.st_mtime)
+        ledger = ItemLedger(path, [], None, recovery)
+        ledger._save()
+        self.say(
+            f"ledger file {path} is damaged ({problem}); moved it to {aside.name} beside it. "
+            "Slurm is asked for this item's job before anything is submitted for it"
+        )
+        return ledger
 
     def records(self, item: str) -> list[Record]:
-        return _read(self._path(item))
+        return self.history(item).records
 
-    def items(self) -> dict[str, list[Record]]:
-        """Every item's records, by item name (for status)."""
-        found: dict[str, list[Record]] = {}
+    def history(self, item: str) -> ItemLedger:
+        """The item's ledger for reading (a damaged file is recovered first)."""
+        path = self._path(item)
+        try:
+            return ItemLedger(path, *_read_all(path))
+        except LedgerDamaged:
+            with self.locked(item) as ledger:
+                return ledger
+
+    def items(self) -> dict[str, ItemLedger]:
+        """Every item's ledger, by item name (for status); damaged files are recovered."""
+        found: dict[str, ItemLedger] = {}
         if self.dir.is_dir():
             for path in sorted(self.dir.glob("*.json")):
-                records = _read(path)
-                if records:
-                    found[records[-1].item] = records
+                try:
+                    ledger = ItemLedger(path, *_read_all(path))
+                except LedgerDamaged:
+                    with files.locked(path.with_suffix(".lock")):
+                        ledger = self._open(path, None)
+                if ledger.records:
+                    found[ledger.records[-1].item] = ledger
+                elif ledger.recovery is not None:
+                    found[ledger.recovery.item] = ledger
         return found
 
 
-def _read(path: Path) -> list[Record]:
-    return _read_all(path)[0]
-
-
-def _read_all(path: Path) -> tuple[list[Record], Intent | None]:
+def _read_all(path: Path) -> tuple[list[Record], Intent | None, Recovery | None]:
+    """The file's records, intent and recovery note; LedgerDamaged if it cannot be read."""
     try:
-        data = json.loads(path.read_text())
+        text = path.read_bytes()
     except FileNotFoundError:
-        return [], None
-    intent = data.get("submitting")
-    if intent is not None:
-        intent = Intent(**{**intent, "known": tuple(intent.get("known", ()))})
-    return [Record.from_json(d) for d in data.get("records", [])], intent
+        return [], None, None
+    except IsADirectoryError:
+        raise LedgerDamaged("it is a folder, not a file") from None
+    if not text.strip():
+        raise LedgerDamaged("it is empty")
+    try:
+        data = json.loads(text)
+    except UnicodeDecodeError:
+        raise LedgerDamaged("it is not text (binary data)") from None
+    except ValueError as exc:
+        raise LedgerDamaged(f"it is not valid JSON ({exc}); was it cut short?") from None
+    if not isinstance(data, dict) or not isinstance(data.get("records", []), list):
+        raise LedgerDamaged('it is JSON of the wrong shape (expected {"records": [...]})')
+    try:
+        records = [Record.from_json(d) for d in data.get("records", [])]
+        intent = data.get("submitting")
+        if intent is not None:
+            intent = Intent(**{**intent, "known": tuple(intent.get("known", ()))})
+        recovery = data.get("recovered")
+        recovery = Recovery(**recovery) if recovery is not None else None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise LedgerDamaged(f"an entry has the wrong shape ({exc})") from None
+    return records, intent, recovery
 
 
-def _write(path: Path, records: list[Record], intent: Intent | None) -> None:
+def _write(path: Path, records: list[Record], intent: Intent | None, recovery: Recovery | None = None) -> None:
     data: dict = {"records": [r.to_json() for r in records]}
     if intent is not None:
         data["submitting"] = dataclasses.asdict(intent)
+    if recovery is not None:
+        data["recovered"] = dataclasses.asdict(recovery)
     files.atomic_write(path, json.dumps(data, indent=1, sort_keys=True), durable=True)  # the job id must survive a crash

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.jobs import backends, ledger
+from orchestrator.slurm import reasons
 from orchestrator.slurm.states import JobInfo, State
 from orchestrator.util.runner import Runner
 
@@ -31,17 +32,27 @@ class Row:
     mfu: float | None = None  # of a finished run that reports model FLOPs
     avoiding: tuple[str, ...] = ()  # nodes the newest job was told to avoid after node faults
     node_faults: int = 0  # jobs of the newest job's fingerprint that hit a node fault (each was run again)
+    reason: str | None = None  # why a pending job waits, as Slurm says
+    stuck: str | None = None  # what to do about a job that will not start by itself
+    recovered: str | None = None  # the ledger file was damaged: where it went, what was wrong
+
+
+def _recovery_note(recovery: ledger.Recovery | None) -> str | None:
+    if recovery is None:
+        return None
+    found = f"; Slurm named job {recovery.found}" if recovery.found else ("; Slurm knew no job of it" if recovery.checked else "")
+    return f"recovered ({recovery.problem}; damaged file kept as {recovery.damaged}{found})"
 
 
 def latest(root: Path, targets: Sequence[str] = ()) -> dict[str, ledger.Record]:
     """The newest record of every item (matching ``targets``: names, stages or globs)."""
-    return {item: records[-1] for item, records in _histories(root, targets).items()}
+    return {item: h.records[-1] for item, h in _histories(root, targets).items() if h.records}
 
 
-def _histories(root: Path, targets: Sequence[str]) -> dict[str, list[ledger.Record]]:
-    """Every record of the items matching ``targets``, oldest first."""
+def _histories(root: Path, targets: Sequence[str]) -> dict[str, ledger.ItemLedger]:
+    """The ledgers of the items matching ``targets`` (records oldest first)."""
     items = ledger.Ledger(root).items()
-    chosen = {item: records for item, records in items.items() if _matches(item, targets)}
+    chosen = {item: history for item, history in items.items() if _matches(item, targets)}
     if targets and not chosen:
         raise OrchestratorError(
             f"no submitted item matches {', '.join(targets)}", hints=[f"items in the ledger: {', '.join(sorted(items)) or '(none)'}"]
@@ -56,7 +67,7 @@ def _matches(item: str, targets: Sequence[str]) -> bool:
 def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row]:
     """Current state of the items' newest jobs: one sacct call for all Slurm jobs."""
     histories = _histories(root, targets)
-    records = {item: history[-1] for item, history in histories.items()}
+    records = {item: history.records[-1] for item, history in histories.items() if history.records}
     live = [r.job_id for r in records.values() if r.backend == "slurm" and not r.state.final]
     found: dict[str, JobInfo] = {}
     if live:
@@ -66,7 +77,11 @@ def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row
             found = {}  # show what the ledger knows; the next refresh asks again
     book = ledger.Ledger(root)
     peaks: dict[str, float | None] = {}
-    rows = []
+    rows = [
+        Row(item, State.UNKNOWN, "-", "-", None, None, None, 0, recovered=_recovery_note(h.recovery))
+        for item, h in histories.items()
+        if not h.records
+    ]
     for item, rec in sorted(records.items()):
         info = found.get(rec.job_id)
         if info is not None and (info.state != rec.state or info.elapsed_s != rec.elapsed_s):
@@ -79,8 +94,9 @@ def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row
                     nodes=info.nodes or rec.nodes,
                     elapsed_s=info.elapsed_s,
                 )
-        history = histories[item]
+        history = histories[item].records
         faulted = [r for r in history if r.fingerprint == rec.fingerprint and r.fault]
+        blocked = reasons.stuck(info) if info is not None else None
         rows.append(
             Row(
                 item,
@@ -94,9 +110,12 @@ def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row
                 mfu=_mfu(root, rec, peaks),
                 avoiding=rec.excluded,
                 node_faults=len(faulted),
+                reason=info.reason if info is not None and info.state == State.PENDING else None,
+                stuck=blocked.what_to_do if blocked else None,
+                recovered=_recovery_note(histories[item].recovery),
             )
         )
-    return rows
+    return sorted(rows, key=lambda r: r.item)
 
 
 def _mfu(root: Path, rec: ledger.Record, peaks: dict[str, float | None]) -> float | None:

@@ -9,12 +9,13 @@ submit`` (:mod:`~orchestrator.jobs.detached`) submit only through here.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.errors import JobFailed
+from orchestrator.errors import JobFailed, OrchestratorError
 from orchestrator.jobs import backends, ledger, provenance
 from orchestrator.scripts.plan import Plan
 from orchestrator.scripts.workspace import Workspace
@@ -30,6 +31,11 @@ class Outcome:
     record: ledger.Record
     attached: bool
     info: JobInfo | None = None
+    why_new: str | None = None  # why an earlier job of the same fingerprint was not followed
+
+
+class NotRecorded(OrchestratorError):
+    """Slurm took the job, but the ledger could not be written (a full disk, say)."""
 
 
 @dataclass(frozen=True)
@@ -45,17 +51,28 @@ class Submission:
     fingerprint: str
     outs: tuple[str, ...] = ()
     after: tuple[str, ...] = ()  # job ids it waits for (sbatch only)
+    force: bool = False  # a new job even if one of the same fingerprint succeeded (see pipeline.invocation)
+
+    def missing(self) -> list[str]:
+        """The outputs that are not there now."""
+        return [o for o in self.outs if not os.path.lexists(self.ws.root / o)]
 
 
 def attach_or_submit(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, now: float) -> Outcome:
     """The one place a job is submitted; call it holding the item's ledger lock."""
     ws, plan, fp = sub.ws, sub.plan, sub.fingerprint
-    outcome = attach(records, fp, backend) or adopt(records, sub, backend, runner)
-    if outcome is not None:
+    attach_only = os.environ.get(ATTACH_ONLY) == "1"
+    if attach_only:
+        sub = dataclasses.replace(sub, force=False)  # the recording job records what was forced, it never forces again
+    outcome = recover(records, sub, backend, runner, attach_only) or adopt(records, sub, backend, runner) or attach(records, sub, backend)
+    if outcome is not None and outcome.why_new is None:
         return outcome
-    if os.environ.get(ATTACH_ONLY) == "1":
+    why_new = outcome.why_new if outcome is not None else None
+    if attach_only:
         raise JobFailed(
-            f"{plan.item}: no finished or running job with this script and inputs to record (attach-only mode: nothing is submitted)"
+            f"{plan.item}: {why_new or 'no finished or running job with this script and inputs to record'} "
+            "(attach-only mode: nothing is submitted)",
+            hints=[f"run `dvc repro {plan.item}` to make it again"] if why_new else [],
         )
     missing = [name for name in plan.secrets if not os.environ.get(name)]
     problems = [f"secret {name} (orchestrator.secrets) is not set in this environment: export it before submitting" for name in missing]
@@ -75,8 +92,15 @@ def attach_or_submit(records: ledger.ItemLedger, sub: Submission, backend: backe
         raise
     prov = provenance.at_submission(ws.root, runner, ws.profile, sub.text)
     record = _record(sub, backend, fp, accepted.job_id, accepted.log, now, prov, excluded=tuple(exclude))
-    records.append(record)
-    return Outcome(record, attached=False)
+    try:
+        records.append(record)
+    except OSError as exc:
+        # The intent written before sbatch is still on disk: the next run finds this job by it.
+        raise NotRecorded(
+            f"{plan.item}: Slurm accepted job {accepted.job_id}, but its ledger entry could not be written: {exc.strerror or exc}",
+            hints=[f"free space or fix {records.path.parent}, then run again: it finds job {accepted.job_id} and follows it"],
+        ) from exc
+    return Outcome(record, attached=False, why_new=why_new)
 
 
 def _record(sub: Submission, backend: backends.Backend, fp: str, job_id: str, log: str, at: float, prov: dict, **more) -> ledger.Record:
@@ -93,6 +117,35 @@ def _record(sub: Submission, backend: backends.Backend, fp: str, job_id: str, lo
         provenance=prov,
         **more,
     )
+
+
+def recover(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, attach_only: bool) -> Outcome | None:
+    """After a damaged ledger file was replaced, ask Slurm for the item's newest job
+    (by job name and working dir, as :func:`adopt` does) before anything is submitted.
+
+    A queued or running job is followed: it was submitted for this item, and a second
+    one would run beside it. A finished one is only recorded in the history, since its
+    script and inputs are unknown, except for the recording job of ``submit``
+    (attach-only), which runs right after the jobs it records.
+    """
+    recovery = records.recovery
+    if recovery is None or recovery.checked or backend.name != "slurm":
+        return None
+    since = ledger.Intent("", sub.plan.job_name, sub.plan.workspace, recovery.mtime)
+    job_id = backend.find(since)
+    info = backend.query([job_id]).get(job_id) if job_id else None
+    outcome = None
+    if job_id is not None:
+        state = info.state if info else State.PENDING
+        follow = state.active or (attach_only and state == State.COMPLETED and not sub.missing())
+        prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text) if follow else {}
+        log = sub.plan.log.replace("%j", job_id)
+        fp = sub.fingerprint if follow else ""  # a finished job's script and inputs are unknown: never attached to later
+        record = _record(sub, backend, fp, job_id, log, recovery.mtime, prov, state=state, adopted=True)
+        records.append(record)
+        outcome = Outcome(record, attached=True, info=info) if follow else None
+    records.recovered(job_id)
+    return outcome
 
 
 def adopt(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner) -> Outcome | None:
@@ -112,9 +165,9 @@ def adopt(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend
     state = info.state if info else State.PENDING
     record = _record(sub, backend, intent.fingerprint, job_id, log, intent.written_at, prov, state=state, adopted=True)
     records.append(record)
-    if intent.fingerprint == fp and (record.state.active or record.state == State.COMPLETED):
-        return Outcome(record, attached=True, info=info)
-    return None
+    if intent.fingerprint != fp:
+        return None
+    return _follow(record, info, sub)
 
 
 def remove_stale(root: Path, outs: tuple[str, ...]) -> None:
@@ -126,14 +179,32 @@ def remove_stale(root: Path, outs: tuple[str, ...]) -> None:
             path.unlink()
 
 
-def attach(records: ledger.ItemLedger, fp: str, backend: backends.Backend) -> Outcome | None:
-    """The earlier job with this fingerprint, if it is pending, running or succeeded."""
-    earlier = records.latest(fp)
+def attach(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend) -> Outcome | None:
+    """The earlier job with this fingerprint, if it is pending or running, or if it
+    succeeded and its outputs are all still there (and the run is not forced)."""
+    earlier = records.latest(sub.fingerprint)
     if earlier is None or earlier.backend != backend.name or backend.name != "slurm":
         return None  # process jobs die with the process that ran them
     if not (earlier.state.active or earlier.state == State.COMPLETED):
         return None
     info = backend.query([earlier.job_id]).get(earlier.job_id)
-    if info is None or not (info.state.active or info.state == State.COMPLETED):
+    if info is None:
         return None
-    return Outcome(earlier, attached=True, info=info)
+    return _follow(earlier, info, sub)
+
+
+def _follow(record: ledger.Record, info: JobInfo | None, sub: Submission) -> Outcome | None:
+    """``record``'s job as this item's, unless it is no longer one: it failed, or it
+    succeeded but its outputs are gone or a new job was asked for."""
+    state = info.state if info else record.state
+    if state.active:
+        return Outcome(record, attached=True, info=info)  # outputs appear as it runs (or as its upstream chain does)
+    if state != State.COMPLETED:
+        return None
+    if sub.force:
+        return Outcome(record, attached=False, info=info, why_new=f"job {record.job_id} succeeded, but a new job was asked for (forced)")
+    missing = sub.missing()
+    if missing:
+        gone = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        return Outcome(record, attached=False, info=info, why_new=f"job {record.job_id} succeeded, but its output {gone} is gone")
+    return Outcome(record, attached=True, info=info)

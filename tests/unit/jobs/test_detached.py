@@ -108,8 +108,7 @@ def test_a_second_submit_attaches_to_the_queued_jobs(root):
 def test_a_finished_upstream_job_is_not_waited_for(root):
     slurm = FakeSlurm()
     first, _ = submit(root, slurm)
-    for job in slurm.states:
-        slurm.states[job] = "COMPLETED"
+    finish_all(root, slurm)
     (root / "train.py").write_text("print('train, changed')\n")
     again, _ = submit(root, slurm)
     by_item = {r.item: r for r in again}
@@ -119,6 +118,41 @@ def test_a_finished_upstream_job_is_not_waited_for(root):
     # solo did not change, and its job is done: `dvc repro` records it without a new job
     assert by_item["solo"].attached
     assert [r.job_id for r in ledger.Ledger(root).records("train")] == [first[1].job_id, by_item["train"].job_id]
+
+
+def finish_all(root: Path, slurm: FakeSlurm) -> None:
+    """Every job succeeded and made its output, as the real jobs would."""
+    for job in slurm.states:
+        slurm.states[job] = "COMPLETED"
+    for out in ("data", "model", "solo"):
+        (root / out).write_text(out)
+
+
+def test_a_finished_job_whose_output_was_deleted_is_submitted_again(root):
+    slurm = FakeSlurm()
+    first, _ = submit(root, slurm)
+    finish_all(root, slurm)
+    (root / "solo").unlink()  # a scratch purge, a user removing a bad result
+    again, lines = submit(root, slurm, targets=["solo"])
+    (solo,) = [r for r in again if r.item == "solo"]
+    assert not solo.attached and solo.job_id != first[2].job_id
+    assert any(f"job {first[2].job_id} succeeded, but its output solo is gone" in line for line in lines)
+    # the old job stays in the item's history
+    assert [r.job_id for r in ledger.Ledger(root).records("solo")] == [first[2].job_id, solo.job_id]
+
+
+def test_force_submits_a_new_job_of_an_item_whose_job_succeeded(root, monkeypatch):
+    slurm = FakeSlurm()
+    first, _ = submit(root, slurm)
+    finish_all(root, slurm)
+    rows = detached.submit(root, None, slurm.runner, ["solo"], say=lambda _: None, now=lambda: 3000.0)
+    assert rows[0].attached and rows[0].job_id == first[2].job_id  # its output is there: the job is its result
+    rows = detached.submit(root, None, slurm.runner, ["solo"], say=lambda _: None, now=lambda: 3000.0, force=True)
+    solo = rows[0]
+    assert solo.item == "solo" and not solo.attached and solo.job_id != first[2].job_id
+    monkeypatch.setenv("ORCH_FORCE", "1")  # the same, by the environment
+    (again,) = [r for r in detached.submit(root, None, slurm.runner, ["solo"], say=lambda _: None) if r.item == "solo"]
+    assert again.attached and again.job_id == solo.job_id  # forced, but its new job is still queued: never a duplicate
 
 
 def test_targets_bring_their_upstream_items_and_nothing_else(root):

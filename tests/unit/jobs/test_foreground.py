@@ -11,9 +11,10 @@ import pytest
 from fakes import PING, FakeClock, FakeRunner, fake_slurm, ok, sacct_sequence
 from support import run_fake
 
-from orchestrator.errors import PlanError
+from orchestrator.errors import ConfigError, JobFailed, PlanError
 from orchestrator.jobs import foreground, ledger
 from orchestrator.jobs.backends import SchedulerError
+from orchestrator.jobs.submission import NotRecorded
 from orchestrator.pipeline.runargs import JobSpec
 from orchestrator.slurm.states import State
 from orchestrator.util.runner import Completed
@@ -29,7 +30,7 @@ def test_submits_waits_and_records(testbed_project):
     assert (testbed_project / ".orchestrator/scripts/testbed/bench@x.sbatch").is_file()
     assert [line.split(": ", 1)[1] for line in lines] == [
         "submitted job 101 on testbed (2x2); log .orchestrator/logs/bench@x-101.log",
-        "job 101 pending on node[1-2], 0:00:05 elapsed",
+        "job 101 pending on node[1-2]",
         "job 101 running on node[1-2], 0:00:05 elapsed",
         "job 101 completed on node[1-2], 0:00:05 elapsed",
     ]
@@ -156,3 +157,124 @@ def test_a_failed_local_child_fails_the_item(testbed_project):
     with pytest.raises(foreground.JobFailed, match=r"job local-\d+ failed \(process, exit code 3\)"):
         foreground.run_item(foreground.Context(testbed_project, "adhoc"), JobSpec(command=("false",)), "local", None, runner, FakeClock())
     assert len(runner.spawned) == 1
+
+
+def _pending(reason: str, then: str = "COMPLETED", times: int = 1):
+    """sacct: pending with ``reason`` ``times`` times, then ``then``."""
+    answers = [f"PENDING|0:0|0|2||{reason}"] * times + [f"{then}|0:0|5|2|node[1-2]|None"]
+
+    def answer(argv):
+        job = argv[argv.index("-j") + 1]
+        line = answers.pop(0) if len(answers) > 1 else answers[0]
+        return Completed(tuple(argv), 0, f"{job}|{line}\n", "")
+
+    return answer
+
+
+def test_the_pending_reason_is_shown(testbed_project):
+    _, lines = run_fake(testbed_project, fake_slurm(sacct=_pending("Priority", times=2)))
+    assert "job 101 pending (Priority)" in lines[1]
+    assert not any("will not start" in line for line in lines)
+
+
+def test_a_held_job_is_reported_at_once_and_run_gives_up_after_the_profiles_time(testbed_project):
+    # squeue, which knows a pending job's reason now, says held (slurmctld died while the job started)
+    squeue = ok("101|PENDING|0:00|2||launch failed requeued held\n")
+    clock = FakeClock()
+    with pytest.raises(JobFailed) as failed:
+        run_fake(testbed_project, fake_slurm(sacct=_pending("None", times=1000), squeue=squeue), clock)
+    message = str(failed.value)
+    assert "job 101 has been pending for launch failed requeued held" in message and "scheduler.stuck_timeout_s" in message
+    assert "scontrol release 101" in message and "scancel 101" in message
+    assert 600 <= clock.t - 1000 <= 600 + 2 * 8  # the testbed profile's stuck_timeout_s, give or take a poll
+
+
+def test_a_held_job_line_comes_once_with_what_to_do(testbed_project):
+    # held three polls (then someone released it), then gone from the controller's queue
+    squeue_answers = ["101|PENDING|0:00|2||JobHeldUser\n"] * 3 + [""]
+
+    def squeue(argv):
+        return Completed(tuple(argv), 0, squeue_answers.pop(0) if len(squeue_answers) > 1 else squeue_answers[0], "")
+
+    runner = fake_slurm(sacct=_pending("None", times=4), squeue=squeue)
+    outcome, lines = run_fake(testbed_project, runner)
+    held = [line for line in lines if "will not start by itself" in line]
+    assert len(held) == 1 and "(JobHeldUser)" in held[0] and "`scontrol release 101`" in held[0]
+    assert outcome.record.state == State.COMPLETED
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "soon", "1e9"])
+def test_bad_polling_variables_are_refused_before_anything_is_submitted(testbed_project, monkeypatch, value):
+    monkeypatch.setenv("ORCH_POLL_MAX_S", value)
+    runner = fake_slurm()
+    with pytest.raises(ConfigError, match="ORCH_POLL_MAX_S"):
+        foreground.run_item(foreground.Context(testbed_project, "bench@x"), JobSpec(command=("true",)), None, None, runner, FakeClock())
+    assert runner.called("sbatch") == [] and not (testbed_project / ".orchestrator").exists()
+
+
+def _named(job: str, workdir):
+    """squeue/sacct answers for the search by job name: ``job`` in ``workdir``; the job
+    then runs and completes."""
+    states = sacct_sequence("RUNNING", "COMPLETED")
+
+    def answer(argv):
+        if any(a.startswith("--name=") for a in argv) or (argv[0] == "squeue" and "-n" in argv):
+            return Completed(tuple(argv), 0, f"{job}|{workdir}\n", "")
+        if argv[0] == "squeue":
+            return Completed(tuple(argv), 0, "", "")
+        return states(argv)
+
+    return answer
+
+
+def test_a_damaged_ledger_of_a_running_item_is_recovered_without_a_second_job(testbed_project):
+    (testbed_project / ".orchestrator/ledger").mkdir(parents=True)
+    (testbed_project / ".orchestrator/ledger/bench@x.json").write_bytes(b'{"records": [{"item": "bench@x", "job_')
+    find = _named("77", testbed_project.resolve())
+    runner = fake_slurm(sacct=find, squeue=find)
+    outcome, lines = run_fake(testbed_project, runner)
+    assert runner.called("sbatch") == []
+    assert outcome.attached and outcome.record.job_id == "77" and outcome.record.adopted
+    assert "found job 77" in lines[0]
+    history = ledger.Ledger(testbed_project).history("bench@x")
+    assert history.recovery.checked and history.recovery.found == "77"
+    assert list((testbed_project / ".orchestrator/ledger").glob("bench@x.json.damaged-*"))
+
+
+def test_a_damaged_ledger_with_no_job_on_the_scheduler_submits_once(testbed_project):
+    (testbed_project / ".orchestrator/ledger").mkdir(parents=True)
+    (testbed_project / ".orchestrator/ledger/bench@x.json").mkdir()
+    runner = fake_slurm()
+    outcome, _ = run_fake(testbed_project, runner)
+    assert len(runner.called("sbatch")) == 1 and outcome.record.job_id == "101"
+    named = [argv for argv in runner.called("squeue") + runner.called("sacct") if "-u" in argv]
+    assert len(named) == 2  # the scheduler was asked (squeue and sacct) before submitting
+
+
+def test_a_full_disk_after_sbatch_names_the_job_and_the_next_run_follows_it(testbed_project, monkeypatch):
+    import errno
+
+    from orchestrator.util import files
+
+    submitted = []
+    real_write = files.atomic_write
+
+    def write(path, data, **kw):
+        if submitted and path.suffix == ".json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_write(path, data, **kw)
+
+    def sbatch(argv):
+        submitted.append(argv)
+        return Completed(tuple(argv), 0, "101\n", "")
+
+    monkeypatch.setattr(files, "atomic_write", write)
+    with pytest.raises(NotRecorded) as failed:
+        run_fake(testbed_project, fake_slurm(sbatch=sbatch))
+    assert "job 101" in str(failed.value) and "No space left" in str(failed.value)
+    monkeypatch.setattr(files, "atomic_write", real_write)  # space freed
+    find = _named("101", testbed_project.resolve())
+    runner = fake_slurm(sacct=find, squeue=find)
+    outcome, lines = run_fake(testbed_project, runner)
+    assert runner.called("sbatch") == [] and outcome.record.job_id == "101" and outcome.attached
+    assert "submitted by an interrupted earlier run" in lines[0]

@@ -5,6 +5,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import pytest
+
 from orchestrator.jobs import ledger
 from orchestrator.slurm.states import State
 
@@ -29,7 +31,7 @@ def test_append_update_and_read_back(tmp_path):
         rec.update("1", state=State.COMPLETED, exit_code=0)
     (r,) = book.records("stage@a")
     assert r.state == State.COMPLETED and r.exit_code == 0
-    assert book.items() == {"stage@a": [r]}
+    assert {item: h.records for item, h in book.items().items()} == {"stage@a": [r]}
     assert not list((tmp_path / ledger.LEDGER_DIR).glob("*.tmp"))
 
 
@@ -62,4 +64,49 @@ def test_concurrent_writers_submit_each_item_once(tmp_path):
         assert p.exitcode == 0
     items = ledger.Ledger(tmp_path).items()
     assert sorted(items) == ["stage@0", "stage@1", "stage@2"]
-    assert all(len(records) == 1 for records in items.values())
+    assert all(len(h.records) == 1 for h in items.values())
+
+
+DAMAGE = {
+    "truncated": lambda path: path.write_text(json.dumps({"records": [record("x", "9").to_json()]})[:40]),
+    "empty": lambda path: path.write_text(""),
+    "binary": lambda path: path.write_bytes(bytes(range(256))),
+    "a list": lambda path: path.write_text("[1, 2]"),
+    "records not a list": lambda path: path.write_text('{"records": 5}'),
+    "a record of the wrong shape": lambda path: path.write_text('{"records": [{"item": 5}]}'),
+    "an intent of the wrong shape": lambda path: path.write_text('{"records": [], "submitting": {"x": 1}}'),
+    "a folder": lambda path: path.mkdir(),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_file_is_named_moved_aside_and_replaced_by_a_recovery_note(tmp_path, damage):
+    lines = []
+    book = ledger.Ledger(tmp_path, say=lines.append)
+    path = tmp_path / ledger.LEDGER_DIR / "x.json"
+    path.parent.mkdir(parents=True)
+    DAMAGE[damage](path)
+    with book.locked("x") as rec:
+        assert rec.records == [] and rec.recovery is not None and not rec.recovery.checked
+        rec.recovered(None)
+    (aside,) = path.parent.glob("x.json.damaged-*")  # kept, never deleted
+    assert aside.is_dir() == (damage == "a folder")
+    (line,) = lines
+    assert str(path) in line and aside.name in line and "Slurm is asked" in line
+    # the new file says what happened, and reading it again is quiet
+    again = book.history("x")
+    assert again.recovery.item == "x" and again.recovery.checked and again.recovery.damaged == aside.name
+    assert len(lines) == 1
+
+
+def test_status_readers_recover_a_damaged_file_too(tmp_path):
+    lines = []
+    book = ledger.Ledger(tmp_path, say=lines.append)
+    with book.locked("good") as rec:
+        rec.append(record("good", "1"))
+    (tmp_path / ledger.LEDGER_DIR / "bad@1.json").write_text("{")
+    items = book.items()
+    assert (
+        items["good"].records and items["bad@1"].recovery is not None and items["bad@1"].recovery.problem.startswith("it is not valid JSON")
+    )
+    assert len(lines) == 1 and "bad@1.json" in lines[0]

@@ -102,3 +102,31 @@ def test_status_shows_mfu_and_node_fault_retries(tmp_path):
     assert rows["lm@small"].mfu is None and rows["lm@small"].node_faults == 1 and rows["lm@small"].avoiding == ("nid001",)
     out = invoke("status", "--project", str(tmp_path)).output
     assert "MFU" in out and "15.7%" in out and "node faults" in out and "1 retried, avoiding nid001" in out
+
+
+def test_status_shows_pending_reasons_and_what_to_do_about_a_held_job(tmp_path, monkeypatch):
+    seed(tmp_path)
+    sacct = ok("11|PENDING|0:0|0|2||None\n12|PENDING|0:0|0|1||None\n")
+    squeue = ok("11|PENDING|0:00|2||Priority\n12|PENDING|0:00|1||launch failed requeued held\n")
+    runner = FakeRunner({"sacct": sacct, "squeue": squeue})
+    rows = {r.item: r for r in status.refresh(tmp_path, runner, ["bench"])}
+    assert rows["bench@a"].reason == "Priority" and rows["bench@a"].stuck is None
+    assert rows["bench@b"].reason == "launch failed requeued held" and "scontrol release 12" in rows["bench@b"].stuck
+    monkeypatch.setattr("orchestrator.util.runner.SubprocessRunner", lambda: runner)
+    done = invoke("status", "bench", "--project", str(tmp_path))
+    assert done.exit_code == 0 and "note" in done.output and "Priority" in done.output
+    assert "bench@b: job 12 will not start by itself (launch failed requeued held): the job is held: `scontrol release 12`" in done.output
+
+
+def test_status_shows_an_item_whose_ledger_was_recovered(tmp_path, monkeypatch):
+    seed(tmp_path)
+    path = tmp_path / ledger.LEDGER_DIR / "bench@b.json"
+    path.write_bytes(b"\x00\xff\x00")
+    runner = FakeRunner({"sacct": ok(""), "squeue": ok("")})
+    monkeypatch.setattr("orchestrator.util.runner.SubprocessRunner", lambda: runner)
+    done = invoke("status", "--project", str(tmp_path))
+    assert done.exit_code == 0, done.output
+    assert f"ledger file {path} is damaged (it is not text (binary data))" in done.output
+    (row,) = [line for line in done.output.splitlines() if line.startswith("bench@b")]
+    assert "recovered (it is not text (binary data); damaged file kept as bench@b.json.damaged-" in row
+    assert list(path.parent.glob("bench@b.json.damaged-*")) and "Traceback" not in done.output
