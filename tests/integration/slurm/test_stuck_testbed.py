@@ -62,7 +62,7 @@ def test_a_held_job_is_reported_with_its_reason_and_run_gives_up_then_follows_it
     since = time.time()
     # Both nodes busy, so the item's job waits; then it is held (by root: an admin hold), as slurmctld holds a failed launch.
     blocker = subprocess.run(
-        ["sbatch", "--parsable", "-N2", "--exclusive", "-A", ACCOUNT, "-p", "debug", "-t", "5", "--wrap", "sleep 300"],
+        ["sbatch", "--parsable", "-N2", "--exclusive", "-A", ACCOUNT, "-p", "debug", "-t", "5", "-o", "/dev/null", "--wrap", "sleep 300"],
         capture_output=True,
         text=True,
         check=True,
