@@ -13,6 +13,7 @@ one, a ``dvc repro`` by hand does the same.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -67,10 +68,16 @@ def submit(
             f"`orchestrator submit` queues jobs on Slurm; profile {ws.cluster!r} has no scheduler",
             hints=["run the pipeline here with `dvc repro`, or pick a Slurm profile with --cluster"],
         )
+    # DVC names stages relative to the working directory, as `dvc -C` would run: from the project.
     try:
-        with Repo(str(root)) as repo:
+        with contextlib.chdir(root), Repo(str(root)) as repo:
             force = force or invocation.forced()
             order, stale_plain = _stale_in_order(repo, ws, targets, force)
+            if stale_plain:  # before fingerprinting: their outputs, which it reads, may not exist yet
+                raise PipelineError(
+                    "stale stages that do not run through the orchestrator feed the items to submit",
+                    [f"{name}: run `dvc repro {name}` first" for name in stale_plain],
+                )
             fps = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root))
             prints = {name: fps.of(name) for name in order}
             outs, deps = {}, {}
@@ -78,11 +85,6 @@ def submit(
                 outs[name], deps[name] = _files(repo, root, name)
     except DvcException as exc:
         raise PipelineError("DVC cannot work out what is stale", [str(exc)]) from exc
-    if stale_plain:
-        raise PipelineError(
-            "stale stages that do not run through the orchestrator feed the items to submit",
-            [f"{name}: run `dvc repro {name}` first" for name in stale_plain],
-        )
     plans = {name: ws.plan(ws.jobs[name]) for name in order}
     problems = [f"{n}: {p}" for n, plan in plans.items() for p in plan.problems]
     if problems:
@@ -149,7 +151,7 @@ def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, jo
         say("nothing new to wait for: run `dvc repro` to record finished jobs")
         return None
     if partition is None:
-        say(f"when the jobs end, run `dvc repro {' '.join(targets)}`: it attaches to them and records the results".replace("  ", " "))
+        say(f"when the jobs end, run `{shell_join(['dvc', 'repro', *targets])}`: it attaches to them and records the results")
         return None
     book = ledger.Ledger(ws.root)
     with book.locked(RECORD_ITEM) as records:

@@ -208,3 +208,26 @@ def test_a_refused_recording_job_says_the_jobs_are_queued(root):
     assert "the jobs are submitted; run `dvc repro` when they end" in text
     assert [r.job_id for r in ledger.Ledger(root).records("prep")] == ["101"]
     assert ledger.Ledger(root).records(detached.RECORD_ITEM) == []
+
+
+def test_submit_from_another_folder_submits_the_projects_items(root, monkeypatch):
+    monkeypatch.chdir(root.parent)  # `orchestrator submit --project p` from outside it
+    slurm = FakeSlurm()
+    rows, lines = submit(root, slurm)
+    assert [r.item for r in rows] == ["prep", "train", "solo", "orchestrator:record"]
+
+
+def test_a_stale_plain_stage_whose_output_is_missing_is_named_not_a_traceback(tmp_path, monkeypatch):
+    stages = {
+        "fetch": {"cmd": "python fetch.py", "deps": ["fetch.py"], "outs": ["raw"]},
+        "train": {"cmd": "orchestrator run -- python train.py raw", "deps": ["train.py", "raw"], "outs": [{"model": {"persist": True}}]},
+    }
+    params = {"orchestrator": {"cluster": "testbed", "account": ACCOUNT}}
+    project = make_project(tmp_path / "p", dvc_yaml=yaml.safe_dump({"stages": stages}), params_yaml=yaml.safe_dump(params))
+    for script in ("fetch.py", "train.py"):
+        (project / script).write_text("print()\n")
+    monkeypatch.chdir(project)
+    slurm = FakeSlurm()
+    with pytest.raises(PipelineError) as failed:
+        submit(project, slurm)
+    assert "fetch: run `dvc repro fetch` first" in str(failed.value) and slurm.runner.called("sbatch") == []
