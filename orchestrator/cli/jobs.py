@@ -21,8 +21,10 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
     """Run one job: what a DVC stage's cmd calls for a matrix item.
 
     Plans and renders the item's script (the one `orchestrator render` shows),
-    attaches to a job already submitted with the same script and inputs, or
-    submits one, waits, and checks the stage's outputs exist.
+    attaches to a job already submitted with the same script and inputs (pending,
+    running, or finished with its outputs still there), or submits one, waits, and
+    checks the stage's outputs exist. A new job although one succeeded: `dvc repro -f`,
+    or ORCH_FORCE=1 in the environment.
     """
     from orchestrator.jobs import foreground
     from orchestrator.util.runner import SubprocessRunner
