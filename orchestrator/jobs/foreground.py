@@ -114,6 +114,7 @@ def run_item(
 ) -> Outcome:
     clock = clock or Clock()
     polling = polling or Polling()
+    force = invocation.forced()  # read before anything is written: a bad ORCH_FORCE stops here
     say = say or _say
     ws = Workspace.open(ctx.root, cluster, runner, form)
     # Inside `dvc repro` the item as DVC resolves it (its deps and outs are staged);
@@ -127,7 +128,7 @@ def run_item(
     script = ws.script_path(plan)
     write_script(script, text)
     fp, outs, metrics = _identity(ws, ctx, text)
-    submission = Submission(ws, plan, script, text, fp, outs, force=invocation.forced())
+    submission = Submission(ws, plan, script, text, fp, outs, force=force)
     backend = backend_for(plan, ws.profile, ctx.root, runner)
     book = ledger.Ledger(ctx.root)
 
