@@ -61,6 +61,16 @@ class _Group(click.Group):
         except OrchestratorError as exc:
             click.secho(f"error: {exc.render()}", err=True, fg="red")
             sys.exit(exc.exit_code)
+        except OSError as exc:
+            # A file the system refused (a read-only or pseudo file system, a full disk, a
+            # name too long, a path through a file) is the user's to fix, wherever it
+            # surfaced; an OSError naming no file is not known to be, so it stays a traceback.
+            if exc.filename is None:
+                raise
+            from orchestrator.cli.options import file_error
+
+            click.secho(f"error: {file_error(exc)}", err=True, fg="red")
+            sys.exit(OrchestratorError.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

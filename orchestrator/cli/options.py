@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import sys
 from pathlib import Path
 
 import click
+
+from orchestrator.errors import OrchestratorError
 
 # How `run`, `render`, `submit`, `report` and `container build --push` choose a profile
 # (config.selection does the choosing; this only says it).
@@ -14,15 +19,72 @@ CLUSTER_DEFAULT = "default: params.yaml's orchestrator.cluster, else the profile
 
 def cluster_option(what: str = "Built-in profile name or profile file", default: str | None = CLUSTER_DEFAULT):
     """``--cluster/-c``; ``default`` says how the profile is chosen when it is not given."""
-    return click.option("--cluster", "-c", default=None, help=f"{what} ({default})." if default else f"{what}.")
+    return click.option("--cluster", "-c", default=None, callback=_not_empty, help=f"{what} ({default})." if default else f"{what}.")
+
+
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # An empty value (an unset shell variable, `--cluster ""`) would silently mean "not given".
+    if value is not None and not value.strip():
+        raise OrchestratorError(f"--cluster {value!r} is empty: give a built-in profile name (orchestrator clusters) or a profile file")
+    return value
+
+
+# What to do about the errors a user's paths and disks give most often.
+_FILE_HINTS = {
+    errno.EROFS: "the file system is read-only: choose a folder you can write (--project, --out)",
+    errno.EACCES: "no permission: choose a folder you can write, or fix its owner and mode",
+    errno.EPERM: "not permitted here (a pseudo or read-only file system?): choose a folder you can write",
+    errno.ENOSPC: "the disk is full: free some space and run again",
+    errno.EDQUOT: "your disk quota is used up: free some space and run again",
+    errno.ENAMETOOLONG: "a name is longer than the file system allows: use shorter item names or a shorter path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EISDIR: "a folder is in the way where a file should be",
+    errno.EEXIST: "something that is not a folder is in the way where a folder should be",
+    errno.ENOENT: "a folder on the way does not exist",
+    errno.ELOOP: "the path has a loop of symbolic links",
+}
+
+
+def file_error(exc: OSError) -> str:
+    """One line for an OSError that names a file: the file(s), the system's reason, what to do."""
+    names = " -> ".join(_cut(repr(os.fsdecode(f))) for f in (exc.filename, exc.filename2) if f is not None)
+    reason = exc.strerror or str(exc)
+    hint = _FILE_HINTS.get(exc.errno or 0)
+    return f"{names}: {reason}" + (f" ({hint})" if hint else "")
+
+
+def _cut(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _project_folder(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """The project must be a folder that exists: every command reads it, and one that is
+    missing would otherwise read as a project with nothing submitted yet."""
+    what = f"--project {_shown(value)}"
+    try:
+        st = value.stat()
+    except FileNotFoundError:
+        raise OrchestratorError(f"{what}: no such folder (give the DVC project's folder, the one with dvc.yaml)") from None
+    except OSError as exc:
+        raise OrchestratorError(f"--project: {file_error(exc)}") from None
+    except ValueError as exc:  # a NUL in the path (Python refuses it before the system sees it)
+        raise OrchestratorError(f"{what}: {exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise OrchestratorError(f"{what} is not a folder (give the DVC project's folder, the one with dvc.yaml)")
+    return value
+
+
+def _shown(path: Path) -> str:
+    return _cut(repr(str(path)))
 
 
 project_option = click.option(
     "--project",
     "project",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=".",
     show_default=True,
+    callback=_project_folder,
     help="The DVC project (folder with dvc.yaml).",
 )
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConfigError
+from orchestrator.slurm import times
 from orchestrator.util import yamlio
 
 PARAMS_FILE = "params.yaml"
@@ -87,8 +88,38 @@ def load(root: Path) -> Params:
 
 
 def from_data(data: Mapping[str, Any], source: str) -> Params:
-    settings = yamlio.structure(data.get("orchestrator") or {}, Settings, f"{source}: section 'orchestrator'")
-    overlays = data.get("clusters") or {}
-    if not isinstance(overlays, Mapping) or not all(isinstance(v, Mapping) for v in overlays.values()):
-        raise ConfigError(f"{source}: 'clusters' maps profile names to params changes, e.g. clusters: {{lumi: {{...}}}}")
+    section = _mapping(data, "orchestrator", source, "settings for every item, e.g. orchestrator: {cluster: lumi, account: project_123}")
+    settings = yamlio.structure(section, Settings, f"{source}: section 'orchestrator'")
+    if settings.time is not None and (why := times.problem(settings.time)):
+        raise ConfigError(f"{source}: orchestrator.time: {why}")
+    overlays = _mapping(data, "clusters", source, "profile names mapped to params changes, e.g. clusters: {lumi: {...}}")
+    for name, overlay in overlays.items():
+        if not isinstance(overlay, Mapping):
+            raise ConfigError(
+                f"{source}: clusters.{name} is {_shape(overlay)}; expected the params changes for profile {name}, e.g. clusters: "
+                f"{{{name}: {{orchestrator: {{...}}}}}}"
+            )
+        _mapping(overlay, "orchestrator", f"{source}: clusters.{name}", "the settings that change on this profile")
     return Params(data=data, settings=settings, overlays=overlays)
+
+
+def _mapping(data: Mapping[str, Any], key: str, source: str, expected: str) -> Mapping[str, Any]:
+    """``data[key]`` when it is a mapping, {} when absent; else one error naming the key and the shape expected.
+
+    An empty ``key:`` (YAML null) is refused too: it most often means the settings under
+    it were indented wrongly or commented out, and silently ignoring them would run
+    with defaults the user did not choose."""
+    if key not in data:
+        return {}
+    value = data[key]
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{source}: '{key}' is {_shape(value)}; expected a mapping: {expected} (or leave '{key}' out)")
+    return value
+
+
+def _shape(value: Any) -> str:
+    if value is None:
+        return "empty (null)"
+    kind = {list: "a list", str: "text", bool: "a boolean", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    shown = repr(value)
+    return f"{kind} {shown if len(shown) <= 40 else shown[:40] + '...'}"

@@ -14,7 +14,10 @@ shell expansion is allowed in profile values (see :mod:`shell`). The container
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -197,26 +200,66 @@ def builtin_names() -> list[str]:
 def load(name_or_path: str) -> LoadedProfile:
     """Load a built-in profile by name, or a profile file by path."""
     path = Path(name_or_path)
-    looks_like_path = path.suffix in (".yaml", ".yml") or "/" in name_or_path or path.is_file()
+    looks_like_path = path.suffix in (".yaml", ".yml") or "/" in name_or_path or _stat(path) is not None
+    hints = [
+        f"built-in profiles: {', '.join(builtin_names())}",
+        "or pass the path to a profile file (see `orchestrator clusters show NAME --format yaml`)",
+    ]
     if looks_like_path:
-        if not path.is_file():
-            raise ProfileError(f"profile file {name_or_path} does not exist")
-        return _load_file(path, source=str(path))
+        return _load_file(path, source=str(path), hints=hints)
     builtin = BUILTIN_DIR / f"{name_or_path}.yaml"
-    if not builtin.is_file():
-        raise ProfileError(
-            f"unknown cluster {name_or_path!r}",
-            hints=[
-                f"built-in profiles: {', '.join(builtin_names())}",
-                "or pass the path to a profile file (see `orchestrator clusters show NAME --format yaml`)",
-            ],
-        )
+    if name_or_path not in builtin_names():
+        shown = repr(name_or_path) if len(name_or_path) <= 80 else f"{name_or_path[:80]!r}... ({len(name_or_path)} characters)"
+        raise ProfileError(f"unknown cluster {shown}", hints=hints)
     return _load_file(builtin, source="built-in")
 
 
-def _load_file(path: Path, source: str) -> LoadedProfile:
-    text = path.read_text(encoding="utf-8")
-    data = yamlio.load_text(text, str(path))
+# A profile is a few kilobytes of YAML; more is some other file (and /dev/zero never ends).
+_MAX_PROFILE_BYTES = 1 << 20
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except (OSError, ValueError):  # missing, unreachable, a name too long, a NUL in it
+        return None
+
+
+def _read_profile(path: Path, hints: list[str]) -> str:
+    """The text of a profile file, or one ProfileError saying what ``path`` is instead."""
+    where = f"profile file {str(path)!r}"
+    try:
+        st = path.stat()
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        missing = isinstance(exc, FileNotFoundError)
+        raise ProfileError(f"{where} {'does not exist' if missing else f'cannot be read: {reason}'}", hints=hints) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ProfileError(f"{where} is a folder; --cluster takes a profile file (YAML) or a built-in name", hints=hints)
+    if not stat.S_ISREG(st.st_mode):
+        raise ProfileError(f"{where} is not a regular file (a device, pipe or socket); give a profile file (YAML)", hints=hints)
+    try:
+        with path.open("rb") as f:
+            raw = f.read(_MAX_PROFILE_BYTES + 1)
+    except OSError as exc:
+        raise ProfileError(f"{where} cannot be read: {exc.strerror or exc}", hints=hints) from None
+    if len(raw) > _MAX_PROFILE_BYTES:
+        raise ProfileError(f"{where} is larger than {_MAX_PROFILE_BYTES >> 20} MiB: not a profile (a profile is a small YAML file)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{where} is not a text file (not UTF-8 at byte {exc.start}): give a profile file (YAML)") from None
+    if "\0" in text:
+        raise ProfileError(f"{where} is a binary file (it holds NUL bytes): give a profile file (YAML)")
+    return text
+
+
+def _load_file(path: Path, source: str, hints: Sequence[str] = ()) -> LoadedProfile:
+    text = _read_profile(path, list(hints))
+    try:
+        data = yamlio.load_text(text, str(path))
+    except ConfigError as exc:
+        raise ProfileError(f"profile {exc.headline}", exc.problems) from exc
     if not isinstance(data, dict):
         raise ProfileError(f"{path}: a profile is a mapping of keys (name, scheduler, node, ...)")
     try:
@@ -249,8 +292,8 @@ def problems(p: Profile) -> list[str]:
     for what, value in [("scheduler.default_time", s.default_time)] + [
         (f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()
     ]:
-        if not times.is_valid(value):
-            found.append(f"{what}: {value!r} is not a Slurm time ({times.FORMS_HELP})")
+        if why := times.problem(value):
+            found.append(f"{what}: {why}")
     if s.requeue_signal is not None and not _SIGNAL.fullmatch(s.requeue_signal):
         found.append(
             f"scheduler.requeue_signal {s.requeue_signal!r}: expected SIGNAL@SECONDS such as USR1@90 (every task gets it, so no B:)"

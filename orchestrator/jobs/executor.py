@@ -105,8 +105,10 @@ def _sbatch_parameters(plan: Plan, named: set[str]) -> dict[str, Any]:
             found["signal_delay_s"] = int(value.rpartition("@")[2])
         elif key == "time":
             # submitit counts the limit in minutes (for its own timeout handling);
-            # round up, since 0 minutes would mean no limit to Slurm.
-            found["time"] = math.ceil(times.seconds(value) / 60)
+            # round up, since 0 minutes would mean no limit to Slurm. UNLIMITED: leave it out.
+            limit = times.seconds(value)
+            if math.isfinite(limit):
+                found["time"] = math.ceil(limit / 60)
         elif key.replace("-", "_") in named:
             # Counts as ints: submitit multiplies nodes by tasks to know how many results to expect.
             found[key.replace("-", "_")] = (int(value) if value.isdigit() else value) if has_value else True

@@ -17,6 +17,8 @@ import os
 import re
 from pathlib import Path
 
+from orchestrator.errors import ConfigError
+
 FORCE = "ORCH_FORCE"
 
 _SHORT_FLAGS = re.compile(r"-[A-Za-z]+")
@@ -24,7 +26,7 @@ _SHORT_FLAGS = re.compile(r"-[A-Za-z]+")
 
 def forced(proc: Path = Path("/proc")) -> bool:
     """True when ``ORCH_FORCE=1`` or an ancestor process is a forced ``dvc repro`` / ``dvc exp run``."""
-    if os.environ.get(FORCE, "") not in ("", "0"):
+    if force_variable():
         return True
     pid = os.getppid()
     for _ in range(32):  # a bounded walk: the init process, or a cycle in a mocked /proc, ends it
@@ -36,6 +38,23 @@ def forced(proc: Path = Path("/proc")) -> bool:
             return False
         pid = parent
     return False
+
+
+_YES, _NO = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def force_variable() -> bool:
+    """``ORCH_FORCE`` as a yes or no; any other value is refused (a typo must not submit a new job, nor silently not)."""
+    text = os.environ.get(FORCE, "")
+    if text.strip().lower() in _YES:
+        return True
+    if text.strip().lower() in _NO:
+        return False
+    shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}..."
+    raise ConfigError(
+        f"environment variable {FORCE}={shown} is not a yes or no",
+        hints=[f"{FORCE}=1 submits a new job even if the last one succeeded; unset it (or 0) to reuse a finished job"],
+    )
 
 
 def dvc_forced(argv: list[str]) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import click
 
 from orchestrator.errors import PipelineError
+from orchestrator.slurm import times
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,14 @@ class JobSpec:
     container: bool = True
 
 
+def _check_time(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # Checked here, for every profile: one without Slurm ignores the limit, but the
+    # same stage on a cluster would then fail only when submitted.
+    if value is not None and (why := times.problem(value)):
+        raise click.BadParameter(why)
+    return value
+
+
 def run_options(f):
     """The options of ``orchestrator run``; shared by the CLI and by render."""
     options = [
@@ -44,7 +53,9 @@ def run_options(f):
             show_default=True,
             help="GPUs per node; one task runs per GPU (CPU processes on CPU-only profiles).",
         ),
-        click.option("--time", "-t", default=None, help="Time limit (Slurm format); default from params or the profile."),
+        click.option(
+            "--time", "-t", default=None, callback=_check_time, help="Time limit (Slurm format); default from params or the profile."
+        ),
         click.option("--partition", "-p", default=None, help="Partition; default from params or the profile."),
         click.option("--account", "-A", default=None, help="Account; default from params (orchestrator.account)."),
         click.option("--bind", "binds", multiple=True, help="Extra directory to bind into the container (repeatable)."),
