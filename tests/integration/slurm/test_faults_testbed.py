@@ -137,7 +137,7 @@ def test_login_process_killed_at_random_points_converges_without_duplicates(slur
             f"duplicate jobs for one version of work@{name}: {records}"
         )
     assert_intact(project, names)
-    adopted = sum(r.adopted for recs in book.items().values() for r in recs)
+    adopted = sum(r.adopted for history in book.items().values() for r in history.records)
     report("login process killed", kills=kills, matrix_versions=rounds + 1, jobs=len(jobs), duplicates=0, adopted_orphans=adopted)
 
 
