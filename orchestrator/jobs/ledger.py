@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.scripts.plan import safe_name
+from orchestrator.scripts.plan import safe_form, safe_name
 from orchestrator.slurm.states import State
 from orchestrator.util import files
 
@@ -195,12 +195,30 @@ class Ledger:
         """Hold the item's lock; yields its records for reading and appending."""
         path = self._path(item)
         with files.locked(path.with_suffix(".lock")):
+            self._adopt_legacy(path, item)
             yield self._open(path, item)
+
+    def _legacy(self, item: str) -> Path:
+        return self.dir / f"{safe_form(item)}.json"
+
+    def _adopt_legacy(self, path: Path, item: str) -> None:
+        """Earlier versions named every item's file by its safe form alone (so ``a b`` and
+        ``a_b`` shared one); such a file holding this item's records becomes its own."""
+        legacy = self._legacy(item)
+        if legacy == path or path.exists() or not legacy.is_file():
+            return
+        with files.locked(legacy.with_suffix(".lock")):
+            try:
+                records = _read_all(legacy)[0]
+            except LedgerDamaged:
+                return  # the item it belongs to recovers it
+            if records and records[-1].item == item:
+                os.rename(legacy, path)
 
     def _open(self, path: Path, item: str | None) -> ItemLedger:
         """The item's ledger, a damaged file recovered (call it holding the lock)."""
         try:
-            return ItemLedger(path, *_read_all(path))
+            return _read_for(path, item)
         except LedgerDamaged as exc:
             return self._recover(path, item, str(exc))
 
@@ -224,10 +242,12 @@ class Ledger:
         """The item's ledger for reading (a damaged file is recovered first)."""
         path = self._path(item)
         try:
-            return ItemLedger(path, *_read_all(path))
+            if path.exists() or not self._legacy(item).exists():
+                return _read_for(path, item)
         except LedgerDamaged:
-            with self.locked(item) as ledger:
-                return ledger
+            pass
+        with self.locked(item) as ledger:
+            return ledger
 
     def items(self) -> dict[str, ItemLedger]:
         """Every item's ledger, by item name (for status); damaged files are recovered."""
@@ -244,6 +264,16 @@ class Ledger:
                 elif ledger.recovery is not None:
                     found[ledger.recovery.item] = ledger
         return found
+
+
+def _read_for(path: Path, item: str | None) -> ItemLedger:
+    """``item``'s ledger in ``path``. A file holding another item's records (earlier
+    versions gave ``a b`` and ``a_b`` one file) counts as damaged: its records are not
+    this item's, and the recovery asks Slurm for this item's job."""
+    ledger = ItemLedger(path, *_read_all(path))
+    if item is not None and ledger.records and ledger.records[-1].item != item:
+        raise LedgerDamaged(f"it holds the records of item {ledger.records[-1].item!r}, not {item!r} (a file of an earlier version)")
+    return ledger
 
 
 def _read_all(path: Path) -> tuple[list[Record], Intent | None, Recovery | None]:

@@ -104,6 +104,16 @@ def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any], name: str | None =
         resolver = DataResolver(repo, str(root), contents)
         if overlay:
             resolver.context.merge_update(Context(overlay), overwrite=True)
+        names = [name] if name is not None else resolver.get_keys()
+        # DVC names a matrix item after its values; an empty value makes an empty name
+        # (``train@``), which DVC's resolver only meets with a bare `assert`.
+        empty = sorted({n.split("@", 1)[0] for n in names if n.endswith("@")})
+        if empty:
+            raise PipelineError(
+                f"DVC cannot name the items of {', '.join(empty)} in {root / PIPELINE_FILE}",
+                ["a matrix value is empty; DVC names each item after its values (stage@value)"],
+                hints=["give every matrix value some text"],
+            )
         if name is not None:
             return resolver.resolve_one(name)
         return resolver.resolve()["stages"]

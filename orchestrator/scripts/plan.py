@@ -8,6 +8,7 @@ job does not fit the cluster is collected as a problem rather than raised, so
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -90,9 +91,31 @@ class Plan:
         return self.scheduler_args + tuple(a for a in self.step_args if a not in self.scheduler_args)
 
 
-def safe_name(item: str) -> str:
-    """A file and job name for an item: DVC's name with unusual characters replaced."""
+# Room for what is added to a name in a file name (".json.damaged-<time>-<pid>", an
+# atomic write's ".<name>.<random>.tmp", "-<job id>.log") within the 255 bytes most
+# file systems allow.
+_NAME_BYTES = 160
+_HASH_CHARS = 10
+
+
+def safe_form(item: str) -> str:
+    """DVC's name with characters that are unusual in file and job names replaced."""
     return _UNSAFE_NAME.sub("_", item)
+
+
+def safe_name(item: str) -> str:
+    """The file and job name of an item: a function of its exact name that never collides.
+
+    A name that is already safe and short is its own; any other is its safe form, cut
+    to fit, plus ``+`` and a short hash of the exact name (``a b`` -> ``a_b+<hash>``,
+    while ``a_b`` stays ``a_b``). ``+`` is not in the safe alphabet, so a hashed name
+    never equals a name that was kept.
+    """
+    safe = safe_form(item)
+    if safe == item and len(item) <= _NAME_BYTES:
+        return item
+    digest = hashlib.sha256(item.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
+    return f"{safe[: _NAME_BYTES - _HASH_CHARS - 1]}+{digest}"  # ASCII: characters are bytes
 
 
 def make_plan(
