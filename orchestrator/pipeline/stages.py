@@ -201,6 +201,15 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
     for item in items:
         if not _RUN.match(item.cmd):
             continue  # not ours, or another subcommand (e.g. `orchestrator report` after the matrix)
+        if "\n" in item.cmd or "\r" in item.cmd:
+            problems.append(
+                (
+                    item.name.replace("\n", "\\n").replace("\r", "\\r"),
+                    "its cmd has a line break (from a matrix value or params?). DVC runs each line of a cmd as a "
+                    "command of its own, so the value cannot reach the program whole: remove line breaks from the values",
+                )
+            )
+            continue
         argv, syntax = cmdline.split_plain(item.cmd)
         if syntax:
             problems.append(
