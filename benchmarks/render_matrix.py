@@ -7,14 +7,18 @@ to cluster lumi. Times, from a cold process each run (1 warm-up round, then medi
 of R rounds; each round runs the three commands in turn):
 
 * ``dvc stage list``                                 - DVC's resolution: the floor
+* ``orchestrator render --out <empty folder>``       - plan, render, write every file
 * ``orchestrator render --check --no-shellcheck``   - plan, render, bash-check, write:
   into an empty folder each time (every file created) and again into the same one
 * ``orchestrator render``                            - plan, render, write (again)
 
 and checks that the render wrote N scripts.
 
-Acceptance bound: median(render --check --no-shellcheck into an empty folder)
-<= 1.5 x median(dvc stage list).
+and the peak RSS of each (the kernel's rusage of that one process).
+
+Acceptance bounds: median(render --check --no-shellcheck into an empty folder)
+<= 1.5 x median(dvc stage list); and plain render into an empty folder no slower
+and no bigger (peak RSS) than dvc stage list (issue 22 judges it at --items 100000).
 
 Usage: python benchmarks/render_matrix.py [--items N] [--repeat R] [--profile]
 (--profile: cProfile of render_matrix + check_rendered in-process after a warm-up
@@ -27,6 +31,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import shutil
 import statistics
@@ -111,19 +116,26 @@ def console(name: str) -> list[str]:
     return [shutil.which(name)] if shutil.which(name) else [sys.executable, "-m", name]
 
 
-def timed(runs: dict[str, list[str]], cwd: Path, repeat: int) -> dict[str, list[float]]:
-    """Wall times per command; rounds interleave the commands so load drifts hit all alike."""
+def timed(runs: dict[str, list[str]], cwd: Path, repeat: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    """Wall times and peak RSS (bytes, from the kernel's rusage of that one process) per
+    command; rounds interleave the commands so load drifts hit all alike."""
     times: dict[str, list[float]] = {label: [] for label in runs}
+    peaks: dict[str, list[int]] = {label: [] for label in runs}
     for i in range(repeat + 1):  # round 0 is a warm-up
         for label, argv in runs.items():
             t0 = time.perf_counter()
-            p = subprocess.run([a.format(round=i) for a in argv], cwd=cwd, capture_output=True, text=True)
-            dt = time.perf_counter() - t0
-            if p.returncode != 0:
-                sys.exit(f"{' '.join(argv)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+            with tempfile.TemporaryFile() as err:
+                p = subprocess.Popen([a.format(round=i) for a in argv], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+                _, status, usage = os.wait4(p.pid, 0)
+                p.returncode = os.waitstatus_to_exitcode(status)
+                dt = time.perf_counter() - t0
+                if p.returncode != 0:
+                    err.seek(0)
+                    sys.exit(f"{' '.join(argv)} failed ({p.returncode}):\n{err.read().decode(errors='replace')[-2000:]}")
             if i:
                 times[label].append(dt)
-    return times
+                peaks[label].append(usage.ru_maxrss * 1024)  # Linux: kilobytes
+    return times, peaks
 
 
 def profile_render(root: Path, top: int = 15) -> str:
@@ -155,6 +167,7 @@ def main() -> int:
     # unchanged matrix into the default folder, where unchanged files stay.
     runs = {
         "dvc stage list": console("dvc") + ["stage", "list"],
+        "render, fresh": orch + ["render", "--out", "plain-{round}"],
         "render --check --no-shellcheck, fresh": orch + ["render", "--check", "--no-shellcheck", "--out", "fresh-{round}"],
         "render --check --no-shellcheck, again": orch + ["render", "--check", "--no-shellcheck"],
         "render, again": orch + ["render"],
@@ -162,7 +175,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="orch-render-bench-") as td:
         root = Path(td)
         make_project(root, a.items)
-        times = timed(runs, root, a.repeat)
+        times, peaks = timed(runs, root, a.repeat)
         scripts = len(list((root / "fresh-1").glob("*")))
         report = profile_render(root) if a.profile else None
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -172,9 +185,13 @@ def main() -> int:
         f"matrix: {a.items} items ({d} datasets x {m} models x {c} device_cfgs), cluster lumi, "
         f"{a.repeat} interleaved timed rounds after 1 warm-up, cold process each"
     )
-    print(f"{'command':<34} {'median s':>9} {'min s':>8} {'ms/item':>8}")
+    peak = {k: max(v) for k, v in peaks.items()}
+    print(f"{'command':<38} {'median s':>9} {'min s':>8} {'ms/item':>8} {'peak MB':>8}")
     for label, ts in times.items():
-        print(f"{label:<34} {med[label]:>9.3f} {min(ts):>8.3f} {1000 * med[label] / a.items:>8.2f}")
+        print(f"{label:<38} {med[label]:>9.3f} {min(ts):>8.3f} {1000 * med[label] / a.items:>8.2f} {peak[label] / 2**20:>8.0f}")
+    plain_time = med["render, fresh"] / med["dvc stage list"]
+    plain_memory = peak["render, fresh"] / peak["dvc stage list"]
+    print(f"render (fresh) / dvc stage list: time {plain_time:.2f}, peak memory {plain_memory:.2f} (bound <= 1 each)")
     print(f"scripts written: {scripts} (expected {a.items})")
     ratio_min = min(times["render --check --no-shellcheck, fresh"]) / min(times["dvc stage list"])
     ratio_again = med["render --check --no-shellcheck, again"] / med["dvc stage list"]
@@ -187,6 +204,8 @@ def main() -> int:
         failures.append(f"render wrote {scripts} scripts, expected {a.items}")
     if ratio > MAX_RATIO:
         failures.append(f"render --check takes {ratio:.2f}x dvc stage list (bound {MAX_RATIO})")
+    if plain_time > 1 or plain_memory > 1:
+        failures.append(f"render takes {plain_time:.2f}x the time and {plain_memory:.2f}x the memory of dvc stage list (bound 1 each)")
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / "render_matrix.json").write_text(
         json.dumps(
@@ -197,6 +216,8 @@ def main() -> int:
                 "scripts_written": scripts,
                 "times_s": times,
                 "median_s": med,
+                "peak_rss_bytes": peak,
+                "render_over_dvc": {"time": plain_time, "peak_memory": plain_memory},
                 "ratio": ratio,
                 "ratio_min": ratio_min,
                 "ratio_again": ratio_again,

@@ -40,7 +40,7 @@ def render(
     runner = SubprocessRunner()
     rendered = matrix.render_matrix(project, cluster, runner, targets, form)  # type: ignore[arg-type]
     if do_check:
-        matrix.check_or_raise(rendered, runner, shellcheck=not no_shellcheck)
+        rendered = matrix.check_or_raise(rendered, runner, shellcheck=not no_shellcheck)
     out_dir = out or project / SCRIPTS_DIR / safe_name(rendered.profile.name)
     matrix.write(rendered, out_dir, replace_all=not targets)
     summary(rendered.plans)

@@ -8,7 +8,8 @@ together; files are written only when there are none, and all at once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +23,33 @@ from orchestrator.util import files
 from orchestrator.util.runner import Runner
 
 
+class Scripts(Mapping[str, str]):
+    """Script texts by file name, rendered when read and not kept: 100,000 scripts of
+    6 kB would hold more memory than DVC needs to resolve the whole matrix."""
+
+    def __init__(self, plans: dict[str, Plan]) -> None:
+        self._plans = plans
+
+    def __getitem__(self, fname: str) -> str:
+        return render.render(self._plans[fname])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._plans)
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def __contains__(self, fname: object) -> bool:
+        return fname in self._plans  # without rendering it
+
+
 @dataclass(frozen=True)
 class Rendered:
     """The scripts of a matrix for one profile, keyed by file name."""
 
     profile: profile.LoadedProfile
     plans: tuple[Plan, ...]
-    scripts: dict[str, str]
+    scripts: Mapping[str, str]
 
 
 def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), form: Form | None = None) -> Rendered:
@@ -37,15 +58,15 @@ def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequ
     jobs, item_problems = stages.jobs(ws.items(targets))
     plans = tuple(ws.plan(j) for j in jobs)
     problems = _grouped(item_problems + [(p.item, msg) for p in plans for msg in p.problems])
-    scripts: dict[str, str] = {}
+    by_name: dict[str, Plan] = {}
     for plan in plans:
         fname = render.filename(plan)
-        if fname in scripts:
+        if fname in by_name:  # file names are unique per item name (plan.safe_name): a guard, not an expected case
             problems.append(f"{plan.item}: its script name {fname} collides with another item's")
-        scripts[fname] = render.render(plan)
+        by_name[fname] = plan
     if problems:
         raise PlanError(f"cannot plan the pipeline for cluster {ws.cluster!r}", problems)
-    return Rendered(ws.profile, plans, scripts)
+    return Rendered(ws.profile, plans, Scripts(by_name))
 
 
 def check_rendered(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> list[str]:
@@ -65,10 +86,13 @@ def check_rendered(rendered: Rendered, runner: Runner, shellcheck: bool = True) 
     return found
 
 
-def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> None:
+def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> Rendered:
+    """``rendered`` with its texts kept (checked once, written as checked), or CheckError."""
+    rendered = dataclasses.replace(rendered, scripts=dict(rendered.scripts))
     found = check_rendered(rendered, runner, shellcheck)
     if found:
         raise CheckError(f"{len(rendered.scripts)} script(s) for cluster {rendered.profile.name!r} failed their checks", found)
+    return rendered
 
 
 def write(rendered: Rendered, out: Path, replace_all: bool) -> None:
@@ -78,7 +102,7 @@ def write(rendered: Rendered, out: Path, replace_all: bool) -> None:
     reads, not writes).
     """
     out.mkdir(parents=True, exist_ok=True)
-    for fname, text in rendered.scripts.items():
+    for fname, text in rendered.scripts.items():  # one text at a time
         write_script(out / fname, text)
     if replace_all:
         for stale in out.iterdir():
