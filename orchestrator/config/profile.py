@@ -14,6 +14,7 @@ shell expansion is allowed in profile values (see :mod:`shell`). The container
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -110,6 +111,7 @@ class Node:
     def logical_cpus(self) -> int:
         return self.cores * self.threads_per_core
 
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - nodes are frozen and few; every item of a layout asks again
     def binding(self, tasks: int) -> binding.Binding:
         """CPU masks for ``tasks`` tasks per node (explicit ones win over derived)."""
         if self.cpu_masks is not None:

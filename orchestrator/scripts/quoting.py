@@ -14,6 +14,7 @@ Three kinds of text reach a rendered script, each with its own rule:
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Iterable
@@ -48,6 +49,7 @@ def join(words: Iterable[object]) -> Shell:
     return Shell(" ".join(w if isinstance(w, Shell) else quote(w) for w in words))
 
 
+@functools.lru_cache(maxsize=4096)  # every item of a matrix quotes the profile's same templates
 def quote_runtime(value: str) -> Shell:
     """Double-quote a runtime template, keeping only ``${NAME}`` expansions live."""
     out: list[str] = []
