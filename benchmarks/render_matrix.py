@@ -18,7 +18,8 @@ and the peak RSS of each (the kernel's rusage of that one process).
 
 Acceptance bounds: median(render --check --no-shellcheck into an empty folder)
 <= 1.5 x median(dvc stage list); and plain render into an empty folder no slower
-and no bigger (peak RSS) than dvc stage list (issue 22 judges it at --items 100000).
+and no bigger (peak RSS) than dvc stage list from 100,000 items (at a few hundred, both are
+mostly Python's start-up). Run ``--items 100000 --plain-only`` for that bound.
 
 Usage: python benchmarks/render_matrix.py [--items N] [--repeat R] [--profile]
 (--profile: cProfile of render_matrix + check_rendered in-process after a warm-up
@@ -42,7 +43,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# This checkout's orchestrator, whatever copy is installed (an editable install may point elsewhere).
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
 MAX_RATIO = 1.5
+PLAIN_BOUND_ITEMS = 100_000  # plain render against dvc stage list (issue 22)
 CFGS = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8)]
 RESULT = "results/${item.dataset}/${item.model}/${item.device_cfg.num_nodes}x${item.device_cfg.num_gpus}"
 DVC_YAML = f"""\
@@ -125,7 +129,7 @@ def timed(runs: dict[str, list[str]], cwd: Path, repeat: int) -> tuple[dict[str,
         for label, argv in runs.items():
             t0 = time.perf_counter()
             with tempfile.TemporaryFile() as err:
-                p = subprocess.Popen([a.format(round=i) for a in argv], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+                p = subprocess.Popen([a.format(round=i) for a in argv], cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=err)
                 _, status, usage = os.wait4(p.pid, 0)
                 p.returncode = os.waitstatus_to_exitcode(status)
                 dt = time.perf_counter() - t0
@@ -139,6 +143,7 @@ def timed(runs: dict[str, list[str]], cwd: Path, repeat: int) -> tuple[dict[str,
 
 
 def profile_render(root: Path, top: int = 15) -> str:
+    sys.path.insert(0, str(HERE.parent))
     from orchestrator.scripts import matrix
     from orchestrator.util.runner import SubprocessRunner
 
@@ -186,6 +191,7 @@ def main() -> int:
     med = {k: statistics.median(v) for k, v in times.items()}
     checked = "render --check --no-shellcheck, fresh" in med
     ratio = med["render --check --no-shellcheck, fresh"] / med["dvc stage list"] if checked else None
+    ratio_min = ratio_again = None
     d, m, c = shape(a.items)
     print(
         f"matrix: {a.items} items ({d} datasets x {m} models x {c} device_cfgs), cluster lumi, "
@@ -197,7 +203,12 @@ def main() -> int:
         print(f"{label:<38} {med[label]:>9.3f} {min(ts):>8.3f} {1000 * med[label] / a.items:>8.2f} {peak[label] / 2**20:>8.0f}")
     plain_time = med["render, fresh"] / med["dvc stage list"]
     plain_memory = peak["render, fresh"] / peak["dvc stage list"]
-    print(f"render (fresh) / dvc stage list: time {plain_time:.2f}, peak memory {plain_memory:.2f} (bound <= 1 each)")
+    judged = (
+        "bound <= 1 each"
+        if a.items >= PLAIN_BOUND_ITEMS
+        else f"bound judged at {PLAIN_BOUND_ITEMS:,} items, where start-up is no longer most of it"
+    )
+    print(f"render (fresh) / dvc stage list: time {plain_time:.2f}, peak memory {plain_memory:.2f} ({judged})")
     print(f"scripts written: {scripts} (expected {a.items})")
     if checked:
         ratio_min = min(times["render --check --no-shellcheck, fresh"]) / min(times["dvc stage list"])
@@ -211,7 +222,7 @@ def main() -> int:
         failures.append(f"render wrote {scripts} scripts, expected {a.items}")
     if ratio is not None and ratio > MAX_RATIO:
         failures.append(f"render --check takes {ratio:.2f}x dvc stage list (bound {MAX_RATIO})")
-    if plain_time > 1 or plain_memory > 1:
+    if a.items >= PLAIN_BOUND_ITEMS and (plain_time > 1 or plain_memory > 1):
         failures.append(f"render takes {plain_time:.2f}x the time and {plain_memory:.2f}x the memory of dvc stage list (bound 1 each)")
     (HERE / "out").mkdir(exist_ok=True)
     (HERE / "out" / ("render_matrix.json" if a.items == 1000 else f"render_matrix-{a.items}.json")).write_text(

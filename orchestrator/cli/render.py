@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 from pathlib import Path
 
 import click
 
 from orchestrator.cli.options import cluster_option, project_option, table
+from orchestrator.errors import OrchestratorError
 
 
 @click.command()
@@ -38,14 +42,54 @@ def render(
     from orchestrator.util.runner import SubprocessRunner
 
     runner = SubprocessRunner()
-    rendered = matrix.render_matrix(project, cluster, runner, targets, form)  # type: ignore[arg-type]
-    if do_check:
-        rendered = matrix.check_or_raise(rendered, runner, shellcheck=not no_shellcheck)
-    out_dir = out or project / SCRIPTS_DIR / safe_name(rendered.profile.name)
-    matrix.write(rendered, out_dir, replace_all=not targets)
+    with contextlib.ExitStack() as stack:
+        if out is not None:  # checked before the matrix is planned, which takes minutes for a big one
+            out_dir = _enter(stack, matrix.scripts_folder(out), out, "--out")
+        rendered = matrix.render_matrix(project, cluster, runner, targets, form)  # type: ignore[arg-type]
+        if do_check:
+            rendered = matrix.check_or_raise(rendered, runner, shellcheck=not no_shellcheck)
+        if out is None:
+            default = project / SCRIPTS_DIR / safe_name(rendered.profile.name)
+            out_dir = _enter(stack, matrix.scripts_folder(default), default, "the scripts folder")
+        try:
+            matrix.write(rendered, out_dir, replace_all=not targets)
+        except OSError as exc:
+            raise _folder_error(exc, out_dir, "--out" if out is not None else "the scripts folder") from None
     summary(rendered.plans)
     checked = " and checked" if do_check else ""
     click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
+
+
+def _enter(stack: contextlib.ExitStack, folder, path: Path, what: str) -> Path:
+    try:
+        return stack.enter_context(folder)
+    except OSError as exc:
+        raise _folder_error(exc, path, what) from None
+
+
+# Why a folder cannot take the scripts, for the errors paths give most often.
+_REASONS = {
+    # Folders are made with their parents, so a missing one means the file system refused it.
+    errno.ENOENT: "the file system lets no folder be made there (a pseudo file system such as /proc?)",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "a part of the path is a file, not a folder",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "no permission to write there",
+    errno.EPERM: "not permitted there (a pseudo or read-only file system such as /sys?)",
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system allows",
+}
+
+
+def _folder_error(exc: OSError, path: Path, what: str) -> OrchestratorError:
+    """One line: which folder, what is wrong with it, what to do."""
+    reason = _REASONS.get(exc.errno or 0, exc.strerror or str(exc))
+    name = os.fsdecode(exc.filename) if exc.filename is not None else None
+    if name and name != str(path) and ".orchestrator-probe." not in name:
+        reason += f": {name!r}"
+    todo = "give --out a folder you can write" if what == "--out" else "make it writable, or give --out a folder you can write"
+    return OrchestratorError(f"{what} {str(path)!r}: cannot write the scripts there: {reason}; {todo}")
 
 
 def summary(plans, limit: int = 40) -> None:

@@ -9,10 +9,12 @@ own context before the stages are resolved, as ``dvc exp run -S`` would set it.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +59,7 @@ def _inside(paths: Sequence[str], wdir: str) -> tuple[str, ...]:
             continue  # a URL or a path outside the project: read where it is
         joined = posixpath.normpath(posixpath.join(wdir, path)) if wdir else posixpath.normpath(path)
         if joined != ".." and not joined.startswith("../") and joined not in found:
-            found.append(joined)
+            found.append(sys.intern(joined))  # the deps items share: one string, not one per item
     return tuple(found)
 
 
@@ -76,10 +78,9 @@ def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
     from dvc.exceptions import DvcException
 
     try:
-        stages = _resolve_with_dvc(root, overlay or {})
+        return [_item(name, data) for name, data in _resolve_with_dvc(root, overlay or {})]
     except DvcException as exc:
         raise PipelineError(f"DVC cannot resolve {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
-    return [_item(name, data) for name, data in stages.items()]
 
 
 def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None) -> Item:
@@ -87,13 +88,15 @@ def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None)
     from dvc.exceptions import DvcException
 
     try:
-        (data,) = _resolve_with_dvc(root, overlay or {}, name).values()
+        ((_, data),) = _resolve_with_dvc(root, overlay or {}, name)
     except DvcException as exc:
         raise PipelineError(f"DVC cannot resolve stage {name!r} of {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
     return _item(name, data)
 
 
-def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any], name: str | None = None) -> dict[str, Any]:
+def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any], name: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, resolved stage) of each stage, or of ``name``, one at a time: a matrix of
+    100,000 items is never held whole in DVC's form."""
     from dvc.dvcfile import ProjectFile
     from dvc.parsing import DataResolver
     from dvc.parsing.context import Context
@@ -114,9 +117,11 @@ def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any], name: str | None =
                 ["a matrix value is empty; DVC names each item after its values (stage@value)"],
                 hints=["give every matrix value some text"],
             )
-        if name is not None:
-            return resolver.resolve_one(name)
-        return resolver.resolve()["stages"]
+        for key in names:
+            yield from resolver.resolve_one(key).items()
+            # What each stage read from params, kept by DVC for `dvc params diff`; unused
+            # here, it would grow by a dict per item.
+            getattr(resolver, "tracked_vars", {}).clear()
 
 
 def _dvc_problems(exc: Exception) -> list[str]:
@@ -139,7 +144,7 @@ def _item(name: str, data: Mapping[str, Any]) -> Item:
         outs=tuple(path for path, _ in entries),
         wdir=str(data.get("wdir", "") or "").strip("./"),
         removable=tuple(path for path, flags in entries if not flags.get("persist")),
-        deps=tuple(str(d) for d in data.get("deps", ()) or ()) + _params_files(data.get("params", ())),
+        deps=tuple(sys.intern(str(d)) for d in data.get("deps", ()) or ()) + _params_files(data.get("params", ())),
     )
 
 
@@ -198,6 +203,7 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
     """The items that call ``orchestrator run``, and (item, problem) for those that try to."""
     found: list[Job] = []
     problems: list[tuple[str, str]] = []
+    parse = _Parser()
     for item in items:
         if not _RUN.match(item.cmd):
             continue  # not ours, or another subcommand (e.g. `orchestrator report` after the matrix)
@@ -235,7 +241,36 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
                 problems.append((f"stage {item.group}", persist_problem(item.removable) + f" (e.g. in {item.name})"))
             continue
         try:
-            found.append(Job(item, runargs.parse_run_args(args, "bad `orchestrator run` arguments")))
+            found.append(Job(item, parse(args)))
         except PipelineError as exc:
             problems.append((item.name, exc.headline))
     return found, problems
+
+
+class _Parser:
+    """``runargs.parse_run_args`` of many items: the options before ``--`` are parsed once
+    per distinct set (the items of a matrix share a few), the command after it is taken
+    as it is, which is what the parser does with it."""
+
+    _WHERE = "bad `orchestrator run` arguments"
+
+    def __init__(self) -> None:
+        self._specs: dict[tuple[str, ...], runargs.JobSpec | None] = {}
+
+    def __call__(self, args: list[str]) -> runargs.JobSpec:
+        cut = args.index("--") if "--" in args else -1
+        options = tuple(args[:cut])
+        if cut < 0 or cut == len(args) - 1 or (spec := self._options(options)) is None:
+            return runargs.parse_run_args(args, self._WHERE)
+        # Interned: the words items share ("python", "--model", a model's name) are then
+        # held once, not once per item of a 100,000-item matrix.
+        return dataclasses.replace(spec, command=tuple(map(sys.intern, args[cut + 1 :])))
+
+    def _options(self, options: tuple[str, ...]) -> runargs.JobSpec | None:
+        """The spec of ``options``, or None where the first ``--`` does not end them (it
+        is an option's value, or the command started before it)."""
+        if options not in self._specs:
+            spec = runargs.parse_run_args([*options, "--", "command"], self._WHERE)
+            ends = spec.command == ("command",) and runargs.parse_run_args([*options, "--", "--", "c"], self._WHERE).command == ("--", "c")
+            self._specs[options] = spec if ends else None
+        return self._specs[options]

@@ -8,7 +8,10 @@ together; files are written only when there are none, and all at once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +59,8 @@ def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequ
     """Plan and render every orchestrated item; PlanError lists every problem found."""
     ws = Workspace.open(root, cluster, runner, form)
     jobs, item_problems = stages.jobs(ws.items(targets))
-    plans = tuple(ws.plan(j) for j in jobs)
+    jobs.reverse()
+    plans = tuple(ws.plan(jobs.pop()) for _ in range(len(jobs)))  # each item let go once planned
     problems = _grouped(item_problems + [(p.item, msg) for p in plans for msg in p.problems])
     by_name: dict[str, Plan] = {}
     for plan in plans:
@@ -93,6 +97,49 @@ def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True) 
     if found:
         raise CheckError(f"{len(rendered.scripts)} script(s) for cluster {rendered.profile.name!r} failed their checks", found)
     return rendered
+
+
+@contextlib.contextmanager
+def scripts_folder(out: Path) -> Iterator[Path]:
+    """``out`` made ready for the scripts before the work that fills it, and taken back if
+    that work fails.
+
+    Entering creates it (with missing parents) and writes and removes a file there, so
+    a place nothing can be written (a read-only or pseudo file system, a path through
+    a file) raises OSError before a matrix is planned. If the block raises, the folders
+    entering created are removed again with the scripts written into them, so a failed
+    render leaves no empty folder and no part of a matrix behind. (In a folder that was
+    already there, scripts written before the failure stay: each is whole, and is the
+    current text of its item.)
+    """
+    missing = []
+    for folder in (out, *out.parents):
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".orchestrator-probe.", suffix=".tmp", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+        yield out
+    except BaseException:
+        if missing:
+            _take_back(out, missing)
+        raise
+
+
+def _take_back(out: Path, created: list[Path]) -> None:
+    """Remove the scripts in ``out`` and the (then empty) folders this run created."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(out):
+            if entry.is_file(follow_symlinks=False) and entry.name.endswith((".sh", ".sbatch", ".tmp")):
+                os.unlink(entry.path)
+    for folder in created:  # deepest first
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (someone else's file) or not ours to remove: leave the rest
 
 
 def write(rendered: Rendered, out: Path, replace_all: bool) -> None:

@@ -183,8 +183,10 @@ def make_plan(
         # Outputs are staged in too (a requeued run resumes from its checkpoint there);
         # a path that is both a dep and an out is copied once.
         staging = Staging(tuple(dict.fromkeys((*inputs, *outputs))), outputs, p.storage.node_local)
-        env += (("ORCH_STAGE", Shell('"$ORCH_WORKDIR/work"')),)
-    run_dir = Shell('"$ORCH_STAGE"' + quote("/" + wdir)) if staging and wdir else Shell('"$ORCH_STAGE"') if staging else quote(workdir)
+        env += (_shared(("ORCH_STAGE", Shell('"$ORCH_WORKDIR/work"'))),)
+    run_dir = _shared(
+        Shell('"$ORCH_STAGE"' + quote("/" + wdir)) if staging and wdir else Shell('"$ORCH_STAGE"') if staging else quote(workdir)
+    )
     container = _container(p, job, workspace, run_dir, problems) if job.container and p.container.runtime else None
     return Plan(
         item=item,
@@ -206,7 +208,7 @@ def make_plan(
         scheduler_args=sched,
         step_args=_shared(tuple(step)),
         unset=_shared(LEAKED_CONTAINER_VARS + tuple(v for v in p.environment.unset if v not in LEAKED_CONTAINER_VARS)),
-        env=_shared(env),
+        env=env,
         node_local_dirs=p.environment.node_local_dirs,
         master_addr_suffix=p.environment.master_addr_suffix,
         max_requeues=p.scheduler.max_requeues if p.uses_slurm and p.requeue_signal_name else 0,
@@ -322,7 +324,7 @@ def _scheduler_args(name, account, partition_name, partition, time, job, p, cpus
         if form == "sbatch":
             args.append("--requeue")
     args += ["--open-mode=append", f"--output={log}"]
-    return tuple(args)
+    return (args[0], *map(_shared, args[1:-1]), args[-1])  # all but the first and last are the layout's
 
 
 def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpus_per_task: int) -> tuple[tuple[str, Shell], ...]:
@@ -345,7 +347,10 @@ def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpu
         env.append(("ORCH_PEAK_TFLOPS", quote(f"{p.node.gpu.peak_tflops_bf16:g}")))
     if p.storage.workdir_root:
         env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}"))))
-    return tuple(env)
+    return tuple(pair if pair[0] in _PER_ITEM else _shared(pair) for pair in env)
+
+
+_PER_ITEM = ("ORCH_ITEM", "ORCH_WORKDIR")  # the environment's values that differ between items
 
 
 def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problems: list[str]) -> ContainerExec | None:

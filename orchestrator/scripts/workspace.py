@@ -38,9 +38,10 @@ class Workspace:
         name = selection.select_cluster(cluster, base, runner)
         return cls(root, name, selection.load_profile(name), base.for_cluster(name), base.overlay_for(name), form)
 
-    @property
+    @cached_property
     def absolute_root(self) -> str:
-        """The project's absolute path, as scripts name it (a job may start anywhere)."""
+        """The project's absolute path, as scripts name it (a job may start anywhere); one
+        string for all items (resolving it per item of a big matrix costs a stat per folder)."""
         return str(self.root.resolve())
 
     def items(self, targets: Sequence[str] = ()) -> list[stages.Item]:

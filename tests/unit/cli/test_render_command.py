@@ -3,10 +3,13 @@ shipped pipeline, bad input, determinism."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
-from support import ROOT, make_project, require, run_orchestrator
+import yaml
+from support import ACCOUNT, ROOT, invoke, make_project, require, run_orchestrator
 
 LUMI_MASKS = "mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,0xfe00000000,0xfe0000000000"
 
@@ -176,3 +179,94 @@ def test_orchestrated_outputs_must_persist(tmp_path):
     project = make_project(tmp_path / "p", dvc_yaml=dvc_yaml)
     done = run_orchestrator("render", cwd=project)
     assert_clean_failure(done, "declare its outputs `persist: true` (results/x)", "would delete the job's work", project=project)
+
+
+def _unwritable_folders(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "a-file").write_text("x")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    return {
+        "pseudo file system /proc": Path("/proc/orchestrator-test/scripts"),
+        "pseudo file system /sys": Path("/sys/orchestrator-test"),
+        "an existing folder of /proc": Path("/proc/self"),
+        "a path through a file": tmp_path / "a-file/scripts",
+        # root writes into a mode-555 folder regardless: there, a folder of /sys is read-only to it too
+        "a read-only folder": read_only / "scripts" if os.geteuid() != 0 else Path("/sys/kernel"),
+    }
+
+
+def test_an_out_folder_that_cannot_be_written_is_one_line_and_leaves_nothing(project, tmp_path):
+    for case, out in _unwritable_folders(tmp_path).items():
+        done = run_orchestrator("render", "--cluster", "lumi", "--out", str(out), cwd=project)
+        assert done.returncode == 2, (case, done.stderr)
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, (case, done.stderr)
+        assert done.stderr.startswith(f"error: --out {str(out)!r}: cannot write the scripts there: "), (case, done.stderr)
+        assert "give --out a folder you can write" in done.stderr, case
+        assert not out.exists() or out == Path("/proc/self") or out == Path("/sys/kernel"), case
+    assert not (project / ".orchestrator/scripts").exists()
+
+
+def test_a_failed_render_removes_the_out_folders_it_made(project):
+    params = (project / "params.yaml").read_text()
+    (project / "params.yaml").write_text(params.replace("account: project_465000858   #", "account: nope   #"))
+    done = run_orchestrator("render", "--cluster", "lumi", "--out", "new/a/b", cwd=project)
+    assert done.returncode == 2 and "account 'nope' does not match" in done.stderr
+    assert not (project / "new").exists(), "an empty folder was left behind"
+
+
+def test_a_full_disk_while_writing_takes_back_what_was_written(project, monkeypatch):
+    import errno
+
+    from orchestrator.scripts import matrix
+
+    written = []
+
+    def fill_up(path, text):
+        if len(written) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        path.write_text(text)
+        written.append(path)
+
+    monkeypatch.setattr(matrix, "write_script", fill_up)
+    monkeypatch.chdir(project)
+    done = invoke("render", "--cluster", "lumi", "--out", "new/scripts", "--project", str(project))
+    assert done.exit_code == 2 and isinstance(done.exception, SystemExit), done.output
+    assert "--out 'new/scripts': cannot write the scripts there: the disk is full: " in done.output
+    assert len(written) == 3 and not (project / "new").exists(), "scripts of a part of the matrix were left behind"
+
+
+PARAMS = {"cluster": "local", "account": ACCOUNT, "image": "none"}
+LOOK_ALIKE = """\
+stages:
+  s:
+    matrix:
+      v: ${values}
+    cmd: orchestrator run -- python -c "print()" '${item.v}'
+    outs:
+      - out:
+          persist: true
+"""
+
+
+def test_values_longer_than_a_file_name_render_within_the_byte_limit(tmp_path):
+    values = ["x" * 5000, "é" * 200, "日本" * 100, "a b", "a_b", "a;b"]
+    project = make_project(tmp_path / "p", dvc_yaml=LOOK_ALIKE, params_yaml=yaml.safe_dump({"orchestrator": PARAMS, "values": values}))
+    done = run_orchestrator("render", cwd=project)
+    assert done.returncode == 0, done.stderr
+    written = sorted((project / ".orchestrator/scripts/local").iterdir())
+    assert len(written) == len(values) and all(len(p.name.encode()) <= 200 for p in written)
+    exports = [line.strip() for p in written for line in p.read_text().splitlines() if line.strip().startswith("export ORCH_ITEM=")]
+    items = {
+        subprocess.run(["bash", "-c", f'{e}; printf %s "$ORCH_ITEM"'], capture_output=True, text=True, check=True).stdout for e in exports
+    }
+    assert items == {f"s@{v}" for v in values}  # the exact name reaches the job
+
+
+def test_a_value_with_a_line_break_is_refused_at_render(tmp_path):
+    """DVC runs each line of a cmd as a command of its own: the value would reach bash cut in two."""
+    project = make_project(
+        tmp_path / "p", dvc_yaml=LOOK_ALIKE, params_yaml=yaml.safe_dump({"orchestrator": PARAMS, "values": ["a\nb", "c"]})
+    )
+    done = run_orchestrator("render", cwd=project)
+    assert_clean_failure(done, "s@a\\nb: its cmd has a line break", "remove line breaks from the values", project=project)
