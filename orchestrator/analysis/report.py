@@ -153,10 +153,23 @@ def _point(run: Run) -> Point:
     return Point(_gpus(run) or 0, throughput, number(m.get("batch_size")), number(m.get("global_batch_size")))
 
 
+def _device(m: Mapping[str, Any] | None, gpu: profile.Gpu | None) -> str:
+    """What produced a run's figures: the device the run itself named (metrics' ``device``),
+    else the profile's GPU; CPU where the run says it ran on CPU or nothing says otherwise."""
+    if m is not None and m.get("accelerator") == "cpu":
+        return "CPU"
+    named = m.get("device") if m is not None else None
+    if isinstance(named, str) and named.strip() and m is not None and m.get("accelerator") == "gpu":
+        return named.strip()[:60]
+    if gpu:
+        return gpu.model
+    return "GPU" if m is not None and m.get("accelerator") == "gpu" else "CPU"
+
+
 def _row(run: Run, point: Point, scaled: Scaled, prof: profile.Profile, accounting: energy.Accounting | None, overrides: Overrides) -> Row:
     m = run.metrics
     gpu = prof.node.gpu
-    device = "CPU" if m is not None and m.get("accelerator") == "cpu" else (gpu.model if gpu else "CPU")
+    device = _device(m, gpu)
     if m is None:
         nothing = energy.Energy(None, None, None, ("missing run",))
         em = energy.Emissions(None, None, None, "missing run")

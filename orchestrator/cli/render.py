@@ -56,6 +56,8 @@ def render(
         except OSError as exc:
             raise _folder_error(exc, out_dir, "--out" if out is not None else "the scripts folder") from None
     summary(rendered.plans)
+    for group, device in sorted(rendered.devices.items()):
+        click.echo(f"stage {group} on {device.accelerator.upper()}: {device.why}")
     checked = " and checked" if do_check else ""
     click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
 
@@ -96,11 +98,11 @@ def summary(plans, limit: int = 40) -> None:
     """A row per item for small matrices; per layout for big ones (a table of
     thousands of rows helps no one and costs half a second)."""
     if len(plans) <= limit:
-        rows = [(p.item, f"{p.nodes}x{p.tasks_per_node}", p.partition or "-", p.time or "-") for p in plans]
-        table(("item", "nodes x tasks", "partition", "time"), rows)
+        rows = [(p.item, f"{p.nodes}x{p.tasks_per_node}", p.accelerator, p.partition or "-", p.time or "-") for p in plans]
+        table(("item", "nodes x tasks", "on", "partition", "time"), rows)
         return
-    counts: dict[tuple[str, str, str], int] = {}
+    counts: dict[tuple[str, str, str, str], int] = {}
     for p in plans:
-        key = (f"{p.nodes}x{p.tasks_per_node}", p.partition or "-", p.time or "-")
+        key = (f"{p.nodes}x{p.tasks_per_node}", p.accelerator, p.partition or "-", p.time or "-")
         counts[key] = counts.get(key, 0) + 1
-    table(("items", "nodes x tasks", "partition", "time"), [(str(n), *key) for key, n in counts.items()])
+    table(("items", "nodes x tasks", "on", "partition", "time"), [(str(n), *key) for key, n in counts.items()])

@@ -28,6 +28,7 @@ from orchestrator.util import yamlio
 
 PARAMS_FILE = "params.yaml"
 DEFAULT_CLUSTER = "local"
+ACCELERATORS = ("auto", "gpu", "cpu")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class Settings:
     # The containers/images.yaml entry the jobs run in ("none": on the host). dvc.yaml's
     # training stages depend on containers/<image>.digest, so a new image makes them stale.
     image: str | None = None
+    # Where the items' processes run: auto (on a profile's GPUs; on `local`, on this
+    # machine's GPUs when every item of a stage fits on them, else all on CPU), gpu (refuse
+    # to plan an item without a GPU per process) or cpu.
+    accelerator: str | None = None
     # Names of environment variables a job needs and that must never be written down
     # (API tokens for loggers): each must be set where the job is submitted, and
     # reaches the tasks through the scheduler's environment, by name only.
@@ -92,6 +97,8 @@ def from_data(data: Mapping[str, Any], source: str) -> Params:
     settings = yamlio.structure(section, Settings, f"{source}: section 'orchestrator'")
     if settings.time is not None and (why := times.problem(settings.time)):
         raise ConfigError(f"{source}: orchestrator.time: {why}")
+    if settings.accelerator is not None and settings.accelerator not in ACCELERATORS:
+        raise ConfigError(f"{source}: orchestrator.accelerator is {settings.accelerator!r}; valid: {', '.join(ACCELERATORS)}")
     overlays = _mapping(data, "clusters", source, "profile names mapped to params changes, e.g. clusters: {lumi: {...}}")
     for name, overlay in overlays.items():
         if not isinstance(overlay, Mapping):

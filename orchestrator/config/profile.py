@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.config import binding
+from orchestrator.config.machine import Machine
 from orchestrator.errors import ConfigError, ProfileError
 from orchestrator.slurm import times
 from orchestrator.util import patterns, yamlio
@@ -97,6 +98,9 @@ class Node:
     gpu_cores: tuple[str, ...] = ()  # per GPU: cpulist of its closest cores
     cpu_masks: tuple[yamlio.Hex, ...] | None = None  # explicit masks, one per GPU, instead of deriving
     gpu: Gpu | None = None
+    # Where the processes of a job run: gpu (the default on nodes with GPUs) or cpu, for
+    # nodes whose GPUs are scheduler stand-ins on CPU-only hosts (the testbed).
+    processes_on: Literal["gpu", "cpu"] | None = None
     memory_gb: float | None = None
     # Per GPU, one direction, GB/s (nominal; `orchestrator plan`'s communication model):
     # to its peers inside the node, and its share of the node's network injection.
@@ -144,6 +148,10 @@ class Storage:
     # True when workdir_root is a disk of each node (a job's inputs are copied to every
     # node), False for a file system all nodes share (copied once, by the batch script).
     node_local: bool = False
+    # torch.compile's caches (Inductor's graphs and kernels, Triton's GPU kernels): on
+    # each node's own disk, never the home directory (Triton's default, ~/.triton) whose
+    # small quota they fill. A runtime template; null leaves torch's defaults.
+    compile_cache: str | None = "/tmp/${USER}-torch-compile"
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,9 @@ class LoadedProfile:
     profile: Profile
     source: str  # "built-in" or the path it was read from
     text: str  # the YAML text, for `clusters show --format yaml`
+    # What a profile without a scheduler found on the machine it runs on (see
+    # selection.machine_profile); None for Slurm profiles, whose file describes the nodes.
+    machine: Machine | None = None
 
     @property
     def name(self) -> str:
@@ -341,6 +352,8 @@ def _node_problems(n: Node) -> list[str]:
     found: list[str] = []
     if n.cores < 1 or n.threads_per_core < 1 or n.gpus < 0:
         found.append("node: cores and threads_per_core must be at least 1, gpus at least 0")
+    if n.processes_on == "gpu" and not n.gpus:
+        found.append("node.processes_on is gpu, but node.gpus is 0: give the GPUs per node, or processes_on: cpu")
         return found
     try:
         reserved = n.reserved
@@ -383,6 +396,7 @@ def _environment_problems(p: Profile) -> list[str]:
             found.append(f"environment.node_local_dirs: {name} is not set under environment.variables")
     templates = [(f"environment.variables.{k}", v) for k, v in e.variables.items()]
     templates += [("container.image", p.container.image), ("storage.workdir_root", p.storage.workdir_root)]
+    templates += [("storage.compile_cache", p.storage.compile_cache)]
     templates += [(f"container.binds[{i}]", b) for i, b in enumerate(p.container.binds)]
     for what, value in templates:
         if value is not None:

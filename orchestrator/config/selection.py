@@ -9,11 +9,10 @@ Slurm's ClusterName, else ``local``.
 from __future__ import annotations
 
 import dataclasses
-import os
 
-from orchestrator.config import params, profile
+from orchestrator.config import machine, params, profile
 from orchestrator.slurm import config as slurm_config
-from orchestrator.util.runner import Runner
+from orchestrator.util.runner import Runner, SubprocessRunner
 
 
 def select_cluster(cli_value: str | None, prm: params.Params, runner: Runner) -> str:
@@ -37,14 +36,17 @@ def detect_cluster(runner: Runner) -> str | None:
     return None
 
 
-def machine_profile(loaded: profile.LoadedProfile) -> profile.LoadedProfile:
-    """The local profile describes this machine: its real core count, not the file's."""
+def machine_profile(loaded: profile.LoadedProfile, runner: Runner | None = None) -> profile.LoadedProfile:
+    """A profile without a scheduler describes this machine: the cores this process may
+    use and the GPUs here, not the file's figures. Which items run on those GPUs is
+    the plan's choice (scripts.devices)."""
     p = loaded.profile
     if p.uses_slurm:
         return loaded
-    node = dataclasses.replace(p.node, cores=os.cpu_count() or p.node.cores)
-    return dataclasses.replace(loaded, profile=dataclasses.replace(p, node=node))
+    found = machine.detect(runner or SubprocessRunner())
+    node = dataclasses.replace(p.node, cores=found.cores or p.node.cores)
+    return dataclasses.replace(loaded, profile=dataclasses.replace(p, node=node), machine=found)
 
 
-def load_profile(name: str) -> profile.LoadedProfile:
-    return machine_profile(profile.load(name))
+def load_profile(name: str, runner: Runner | None = None) -> profile.LoadedProfile:
+    return machine_profile(profile.load(name), runner)

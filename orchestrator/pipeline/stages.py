@@ -94,9 +94,21 @@ def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None)
     return _item(name, data)
 
 
-def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any], name: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(name, resolved stage) of each stage, or of ``name``, one at a time: a matrix of
-    100,000 items is never held whole in DVC's form."""
+def resolve_group(root: Path, group: str, overlay: Mapping[str, Any] | None = None) -> list[Item]:
+    """The items of the stage named ``group`` in dvc.yaml (all of a matrix's items)."""
+    from dvc.exceptions import DvcException
+
+    try:
+        return [_item(name, data) for name, data in _resolve_with_dvc(root, overlay or {}, group=group)]
+    except DvcException as exc:
+        raise PipelineError(f"DVC cannot resolve stage {group!r} of {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
+
+
+def _resolve_with_dvc(
+    root: Path, overlay: Mapping[str, Any], name: str | None = None, group: str | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, resolved stage) of each stage, of ``name``, or of the items of ``group``,
+    one at a time: a matrix of 100,000 items is never held whole in DVC's form."""
     from dvc.dvcfile import ProjectFile
     from dvc.parsing import DataResolver
     from dvc.parsing.context import Context
@@ -108,6 +120,8 @@ def _resolve_with_dvc(root: Path, overlay: Mapping[str, Any], name: str | None =
         if overlay:
             resolver.context.merge_update(Context(overlay), overwrite=True)
         names = [name] if name is not None else resolver.get_keys()
+        if group is not None:
+            names = [n for n in names if n.split("@", 1)[0] == group]
         # DVC names a matrix item after its values; an empty value makes an empty name
         # (``train@``), which DVC's resolver only meets with a bare `assert`.
         empty = sorted({n.split("@", 1)[0] for n in names if n.endswith("@")})

@@ -19,7 +19,7 @@ from pathlib import Path
 from orchestrator.config import binding, profile
 from orchestrator.errors import CheckError, PlanError
 from orchestrator.pipeline import stages
-from orchestrator.scripts import lint, render
+from orchestrator.scripts import devices, lint, render
 from orchestrator.scripts.plan import Form, Plan
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.util import files
@@ -53,12 +53,15 @@ class Rendered:
     profile: profile.LoadedProfile
     plans: tuple[Plan, ...]
     scripts: Mapping[str, str]
+    devices: Mapping[str, devices.Devices] = dataclasses.field(default_factory=dict)  # by stage: where its items run, and why
 
 
 def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), form: Form | None = None) -> Rendered:
     """Plan and render every orchestrated item; PlanError lists every problem found."""
     ws = Workspace.open(root, cluster, runner, form)
     jobs, item_problems = stages.jobs(ws.items(targets))
+    if not targets:  # every item of every stage: each stage's choice of devices is known (scripts.devices)
+        ws.know(jobs)
     jobs.reverse()
     plans = tuple(ws.plan(jobs.pop()) for _ in range(len(jobs)))  # each item let go once planned
     problems = _grouped(item_problems + [(p.item, msg) for p in plans for msg in p.problems])
@@ -70,7 +73,7 @@ def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequ
         by_name[fname] = plan
     if problems:
         raise PlanError(f"cannot plan the pipeline for cluster {ws.cluster!r}", problems)
-    return Rendered(ws.profile, plans, Scripts(by_name))
+    return Rendered(ws.profile, plans, Scripts(by_name), ws.chosen_devices)
 
 
 def check_rendered(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> list[str]:

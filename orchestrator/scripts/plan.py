@@ -18,7 +18,8 @@ from orchestrator.config import binding
 from orchestrator.config.params import Settings
 from orchestrator.config.profile import LEAKED_CONTAINER_VARS, LoadedProfile, Partition, Profile
 from orchestrator.pipeline.runargs import JobSpec, lightning_layout
-from orchestrator.scripts import quoting
+from orchestrator.scripts import devices, quoting
+from orchestrator.scripts.devices import Accelerator, Devices
 from orchestrator.scripts.quoting import Shell, quote, quote_runtime
 from orchestrator.slurm import times
 from orchestrator.util import patterns
@@ -64,6 +65,7 @@ class Plan:
     nodes: int
     tasks_per_node: int
     gpus_per_node: int
+    accelerator: Accelerator  # where the processes run, decided per stage (scripts.devices)
     account: str | None
     partition: str | None
     time: str | None
@@ -129,17 +131,21 @@ def make_plan(
     *,
     inputs: tuple[str, ...] | None = None,
     outputs: tuple[str, ...] = (),
+    device: Devices | None = None,
 ) -> Plan:
     """The job for ``item``; ``inputs``/``outputs`` (relative to the workspace) are what
-    staging copies (None: not known, so the job runs in the workspace itself)."""
+    staging copies (None: not known, so the job runs in the workspace itself).
+    ``device``: the choice for the item's stage (None: made from this item alone)."""
     p = loaded.profile
+    device = device or devices.choose(settings.accelerator, loaded, item.split("@", 1)[0], lambda: job.gpus_per_node)
     problems: list[str] = []
     form = form or p.scheduler.launcher
     if (form == "local") == p.uses_slurm:
         allowed = "sbatch or srun" if p.uses_slurm else "local"
         problems.append(f"form {form!r} does not fit profile {p.name!r}: use {allowed}")
     tasks = job.gpus_per_node
-    problems += _resource_problems(job, p, tasks)
+    problems += device.problems
+    problems += _resource_problems(job, p, tasks, device.accelerator)
     problems += _lightning_problems(job, tasks)
 
     account = job.account or settings.account
@@ -177,7 +183,7 @@ def make_plan(
     ]
     if inputs is not None:  # a dvc.yaml item (not an ad-hoc job): its deps must name the image
         problems += _image_problems(p, job, settings)
-    env = _environment(p, job, item, tasks, name, cpus_per_task)
+    env = _environment(p, job, item, tasks, name, cpus_per_task, device)
     staging = None
     if form == "sbatch" and p.storage.workdir_root and inputs is not None:
         # Outputs are staged in too (a requeued run resumes from its checkpoint there);
@@ -201,7 +207,8 @@ def make_plan(
         log=log,
         nodes=job.nodes,
         tasks_per_node=tasks,
-        gpus_per_node=tasks if p.node.gpus else 0,
+        gpus_per_node=tasks if p.node.gpus or device.accelerator == "gpu" else 0,
+        accelerator=device.accelerator,
         account=account if p.uses_slurm else None,
         partition=partition_name if p.uses_slurm else None,
         time=time if p.uses_slurm else None,
@@ -209,7 +216,7 @@ def make_plan(
         step_args=_shared(tuple(step)),
         unset=_shared(LEAKED_CONTAINER_VARS + tuple(v for v in p.environment.unset if v not in LEAKED_CONTAINER_VARS)),
         env=env,
-        node_local_dirs=p.environment.node_local_dirs,
+        node_local_dirs=_shared(p.environment.node_local_dirs + _compile_caches(p)),
         master_addr_suffix=p.environment.master_addr_suffix,
         max_requeues=p.scheduler.max_requeues if p.uses_slurm and p.requeue_signal_name else 0,
         secrets=settings.secrets,
@@ -236,7 +243,7 @@ def _shared(value: _T) -> _T:
     return _SHARED.setdefault(value, value)
 
 
-def _resource_problems(job: JobSpec, p: Profile, tasks: int) -> list[str]:
+def _resource_problems(job: JobSpec, p: Profile, tasks: int, accelerator: Accelerator) -> list[str]:
     found = []
     if not p.uses_slurm and job.nodes != 1:
         found.append(
@@ -245,7 +252,7 @@ def _resource_problems(job: JobSpec, p: Profile, tasks: int) -> list[str]:
     if p.node.gpus:
         if tasks > p.node.gpus:
             found.append(f"asks for {tasks} GPUs per node, but {p.name} nodes have {p.node.gpus}")
-    elif tasks > p.node.cores:
+    elif accelerator == "cpu" and tasks > p.node.cores:
         found.append(f"asks for {tasks} processes per node, but {p.name} nodes have {p.node.cores} cores")
     return found
 
@@ -327,8 +334,12 @@ def _scheduler_args(name, account, partition_name, partition, time, job, p, cpus
     return (args[0], *map(_shared, args[1:-1]), args[-1])  # all but the first and last are the layout's
 
 
-def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpus_per_task: int) -> tuple[tuple[str, Shell], ...]:
+def _environment(
+    p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpus_per_task: int, device: Devices
+) -> tuple[tuple[str, Shell], ...]:
     env: list[tuple[str, Shell]] = [(k, quote_runtime(v)) for k, v in sorted(p.environment.variables.items())]
+    if device.hide_gpus:
+        env += [(var, quote("")) for var in devices.HIDE_GPUS]
     if "OMP_NUM_THREADS" not in p.environment.variables:
         # One OpenMP thread per core the task owns: left unset, every task starts one
         # per core of the node, and oversubscribed OpenMP spins (10x slower steps seen
@@ -339,18 +350,33 @@ def _environment(p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpu
         ("ORCH_PROFILE", quote(p.name)),
         ("ORCH_NUM_NODES", quote(job.nodes)),
         ("ORCH_DEVICES", quote(tasks)),
+        # The training's --accelerator default (experiments.common.args): never `auto` in a job.
+        ("ORCH_ACCELERATOR", quote(device.accelerator)),
     ]
     if p.uses_slurm and p.requeue_signal_name:
         env.append(("ORCH_REQUEUE_SIGNAL", quote(p.requeue_signal_name)))
-    if p.node.gpu and p.node.gpu.peak_tflops_bf16:
-        # The training's MFU against the profile's peak, as the report computes it.
-        env.append(("ORCH_PEAK_TFLOPS", quote(f"{p.node.gpu.peak_tflops_bf16:g}")))
+    peak = p.node.gpu.peak_tflops_bf16 if p.node.gpu else device.peak_tflops_bf16
+    if peak and device.accelerator == "gpu":
+        # The training's MFU against the profile's (or this machine's GPU's) peak, as the report computes it.
+        env.append(("ORCH_PEAK_TFLOPS", quote(f"{peak:g}")))
+    for var in _compile_caches(p):
+        env.append((var, Shell(quote_runtime(p.storage.compile_cache or "") + quote(COMPILE_CACHES[var]))))
     if p.storage.workdir_root:
         env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}"))))
     return tuple(pair if pair[0] in _PER_ITEM else _shared(pair) for pair in env)
 
 
-_PER_ITEM = ("ORCH_ITEM", "ORCH_WORKDIR")  # the environment's values that differ between items
+_PER_ITEM = ("ORCH_ITEM", "ORCH_WORKDIR")
+
+# torch.compile's cache variables, each under the profile's storage.compile_cache.
+COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "/inductor", "TRITON_CACHE_DIR": "/triton"}
+
+
+def _compile_caches(p: Profile) -> tuple[str, ...]:
+    """The cache variables the plan sets: those the profile's own variables leave unset."""
+    if not p.storage.compile_cache:
+        return ()
+    return tuple(v for v in COMPILE_CACHES if v not in p.environment.variables)  # the environment's values that differ between items
 
 
 def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problems: list[str]) -> ContainerExec | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from orchestrator.config import params, profile, selection
 from orchestrator.pipeline import stages
-from orchestrator.scripts import render
+from orchestrator.scripts import devices, render
 from orchestrator.scripts.plan import Form, Plan, make_plan, safe_name
 from orchestrator.util.runner import Runner
 
@@ -36,7 +36,7 @@ class Workspace:
         _ignore_state(root)
         base = params.load(root)
         name = selection.select_cluster(cluster, base, runner)
-        return cls(root, name, selection.load_profile(name), base.for_cluster(name), base.overlay_for(name), form)
+        return cls(root, name, selection.load_profile(name, runner), base.for_cluster(name), base.overlay_for(name), form)
 
     @cached_property
     def absolute_root(self) -> str:
@@ -62,7 +62,43 @@ class Workspace:
             self.form,
             inputs=inputs,
             outputs=item.outputs,
+            device=self.device(job, staged),
         )
+
+    def know(self, jobs: Sequence[stages.Job]) -> None:
+        """Tell the workspace every job of the stages it will plan (saves resolving them again)."""
+        for job in jobs:
+            group = job.item.group
+            self._most_tasks[group] = max(self._most_tasks.get(group, 0), job.spec.gpus_per_node)
+
+    def device(self, job: stages.Job, staged: bool = True) -> devices.Devices:
+        """The devices of every item of ``job``'s stage: one choice per stage."""
+        group = job.item.group
+        if group not in self._devices:
+            self._devices[group] = devices.choose(
+                self.params.settings.accelerator, self.profile, group, lambda: self._stage_tasks(job, staged)
+            )
+        return self._devices[group]
+
+    def _stage_tasks(self, job: stages.Job, staged: bool) -> int:
+        group = job.item.group
+        if group not in self._most_tasks:
+            # A dvc.yaml item planned alone (`run` inside `dvc repro`): its stage's other items decide too.
+            self.know(stages.jobs(stages.resolve_group(self.root, group, self.overlay))[0] if staged else [job])
+        return max(self._most_tasks.get(group, 0), job.spec.gpus_per_node)
+
+    @property
+    def chosen_devices(self) -> dict[str, devices.Devices]:
+        """The choices made so far, by stage."""
+        return dict(self._devices)
+
+    @cached_property
+    def _most_tasks(self) -> dict[str, int]:
+        return {}
+
+    @cached_property
+    def _devices(self) -> dict[str, devices.Devices]:
+        return {}
 
     def script_path(self, plan: Plan) -> Path:
         return self.root / SCRIPTS_DIR / safe_name(self.cluster) / render.filename(plan)
@@ -71,6 +107,7 @@ class Workspace:
     def jobs(self) -> dict[str, stages.Job]:
         """Every orchestrated item of the pipeline, by name (resolved once, on demand)."""
         found, _ = stages.jobs(self.items())
+        self.know(found)
         return {j.item.name: j for j in found}
 
     def script_of(self, name: str) -> str:

@@ -26,9 +26,14 @@ orch_task() {
   export ORCH_PROFILE=juwels-booster
   export ORCH_NUM_NODES=2
   export ORCH_DEVICES=4
+  export ORCH_ACCELERATOR=gpu
   export ORCH_REQUEUE_SIGNAL=USR1
   export ORCH_PEAK_TFLOPS=312
+  export TORCHINDUCTOR_CACHE_DIR="/tmp/${USER}-torch-compile"/inductor
+  export TRITON_CACHE_DIR="/tmp/${USER}-torch-compile"/triton
   export ORCH_WORKDIR="/p/scratch/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
+  mkdir -p -- "$TORCHINDUCTOR_CACHE_DIR"
+  mkdir -p -- "$TRITON_CACHE_DIR"
   # Scratch on the profile's fast storage (temporary files, caches): data
   # loaders time out on slow shared storage.
   export TMPDIR="$ORCH_WORKDIR/tmp"

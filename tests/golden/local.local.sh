@@ -26,6 +26,11 @@ orch_task() {
   export ORCH_PROFILE=local
   export ORCH_NUM_NODES=1
   export ORCH_DEVICES=2
+  export ORCH_ACCELERATOR=cpu
+  export TORCHINDUCTOR_CACHE_DIR="/tmp/${USER}-torch-compile"/inductor
+  export TRITON_CACHE_DIR="/tmp/${USER}-torch-compile"/triton
+  mkdir -p -- "$TORCHINDUCTOR_CACHE_DIR"
+  mkdir -p -- "$TRITON_CACHE_DIR"
   cd /work/project
   exec python -m experiments.classify --devices 2 --num-nodes 1 --output 'results/a b'
 }

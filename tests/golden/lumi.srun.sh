@@ -32,11 +32,16 @@ orch_task() {
   export ORCH_PROFILE=lumi
   export ORCH_NUM_NODES=2
   export ORCH_DEVICES=8
+  export ORCH_ACCELERATOR=gpu
   export ORCH_REQUEUE_SIGNAL=USR1
   export ORCH_PEAK_TFLOPS=191.5
+  export TORCHINDUCTOR_CACHE_DIR="/tmp/${USER}-torch-compile"/inductor
+  export TRITON_CACHE_DIR="/tmp/${USER}-torch-compile"/triton
   export ORCH_WORKDIR="/flash/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
   mkdir -p -- "$MIOPEN_USER_DB_PATH"
   mkdir -p -- "$MIOPEN_CUSTOM_CACHE_DIR"
+  mkdir -p -- "$TORCHINDUCTOR_CACHE_DIR"
+  mkdir -p -- "$TRITON_CACHE_DIR"
   # Scratch on the profile's fast storage (temporary files, caches): data
   # loaders time out on slow shared storage.
   export TMPDIR="$ORCH_WORKDIR/tmp"
