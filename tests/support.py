@@ -85,6 +85,69 @@ def make_project(where: Path, dvc_yaml: str | None = None, params_yaml: str | No
     return where
 
 
+SWEEP_DVC_YAML = """\
+stages:
+  work:
+    matrix:
+      seed: [0]
+    cmd: >-
+      orchestrator run --
+      python3 -c "import json, os; os.makedirs('out', exist_ok=True);
+      json.dump({'lr': ${sweep.lr}, 'score': 2 * ${sweep.lr}}, open('out/m${item.seed}.json', 'w'))"
+    params: [sweep]
+    metrics:
+      - out/m${item.seed}.json:
+          cache: false
+          persist: true
+"""
+
+
+def sweep_project(where: Path, orchestrator: dict) -> Path:
+    """A git + DVC project (DVC experiments need git) whose one orchestrated item writes a
+    metric from params.yaml's ``sweep.lr``; ``orchestrator``: the params' section."""
+    params = yaml.safe_dump({"orchestrator": orchestrator, "sweep": {"lr": 0.1}})
+    project = make_project(where, dvc_yaml=SWEEP_DVC_YAML, params_yaml=params)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run(["dvc", "init", "-q", "-f"], cwd=project, check=True)  # with git this time
+    subprocess.run([*git, "add", "-A"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "sweep"], cwd=project, check=True)
+    return project
+
+
+def exp_metrics(project: Path) -> dict[str, float]:
+    """`dvc exp show --json`: each experiment's name and its `score` metric (None without one)."""
+    done = subprocess.run(["dvc", "exp", "show", "--json"], cwd=project, capture_output=True, text=True, check=True)
+    found = {}
+    for baseline in json.loads(done.stdout):
+        for exp in baseline.get("experiments") or []:
+            for rev in exp.get("revs") or []:
+                data = rev.get("data") or {}
+                metrics = (data.get("metrics") or {}).get("out/m0.json", {}).get("data", {})
+                found[rev.get("name") or rev["rev"]] = metrics.get("score")
+    return found
+
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def dvc_exp(project: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`dvc ARGS` where DVC commits experiments (git needs an identity, which CI lacks)."""
+    env = {**os.environ, "ORCH_POLL_MAX_S": "2", **GIT_ENV}
+    return subprocess.run(["dvc", *args], cwd=project, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def wait_for_queue(project: Path, count: int, timeout: float = 240) -> str:
+    """`dvc queue status` once ``count`` experiments have ended (or at the timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = dvc_exp(project, "queue", "status").stdout
+        rows = [line.split() for line in status.splitlines() if line[:1].isalnum() and not line.startswith(("Task", "Worker"))]
+        if sum(row[-1] in ("Success", "Failed") for row in rows) >= count or time.monotonic() > deadline:
+            return status
+        time.sleep(2)
+
+
 def executor_project(root: Path) -> Path:
     """All Workspace.open needs: a folder whose params.yaml names the account."""
     root.mkdir()

@@ -78,11 +78,16 @@ class Context:
 
     @classmethod
     def from_environment(cls, name: str | None) -> Context:
-        """DVC tells a stage's command its project (DVC_ROOT) and name (DVC_STAGE)."""
+        """DVC tells a stage's command its name (DVC_STAGE) and its project (DVC_ROOT), except
+        in an experiment's own workspace (``dvc exp run --temp``/``--queue``, under
+        ``.dvc/tmp/exps/``): there DVC_ROOT names the repository the experiment came from,
+        on purpose (DVC's queue sets it so), while the stage runs in, and must be planned
+        from, the copy it is started in: the nearest folder above it holding ``.dvc``."""
         dvc_root, dvc_stage = os.environ.get("DVC_ROOT"), os.environ.get("DVC_STAGE")
         if dvc_root and dvc_stage and not name:
-            root = Path(dvc_root)
-            wdir = os.path.relpath(os.getcwd(), root)
+            here = Path.cwd()
+            root = next((f for f in (here, *here.parents) if (f / ".dvc").is_dir()), Path(dvc_root))
+            wdir = os.path.relpath(here, root)
             return cls(root, dvc_stage, "" if wdir == "." else wdir, from_dvc=True)
         root = _find_root(Path.cwd())
         wdir = os.path.relpath(os.getcwd(), root)

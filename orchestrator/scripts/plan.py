@@ -8,6 +8,7 @@ job does not fit the cluster is collected as a problem rather than raised, so
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -183,7 +184,7 @@ def make_plan(
     ]
     if inputs is not None:  # a dvc.yaml item (not an ad-hoc job): its deps must name the image
         problems += _image_problems(p, job, settings)
-    env = _environment(p, job, item, tasks, name, cpus_per_task, device)
+    env = _environment(p, job, item, tasks, name, cpus_per_task, device, workspace)
     staging = None
     if form == "sbatch" and p.storage.workdir_root and inputs is not None:
         # Outputs are staged in too (a requeued run resumes from its checkpoint there);
@@ -335,7 +336,7 @@ def _scheduler_args(name, account, partition_name, partition, time, job, p, cpus
 
 
 def _environment(
-    p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpus_per_task: int, device: Devices
+    p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpus_per_task: int, device: Devices, workspace: str
 ) -> tuple[tuple[str, Shell], ...]:
     env: list[tuple[str, Shell]] = [(k, quote_runtime(v)) for k, v in sorted(p.environment.variables.items())]
     if device.hide_gpus:
@@ -362,11 +363,18 @@ def _environment(
     for var in _compile_caches(p):
         env.append((var, Shell(quote_runtime(p.storage.compile_cache or "") + quote(COMPILE_CACHES[var]))))
     if p.storage.workdir_root:
-        env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}"))))
+        # Per item and per workspace: the same item of two clones, or of two DVC experiments
+        # running at once (each in its own copy under .dvc/tmp/exps/), never shares a folder.
+        env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}.{_workspace_tag(workspace)}"))))
     return tuple(pair if pair[0] in _PER_ITEM else _shared(pair) for pair in env)
 
 
 _PER_ITEM = ("ORCH_ITEM", "ORCH_WORKDIR")
+
+
+@functools.lru_cache(maxsize=64)
+def _workspace_tag(workspace: str) -> str:
+    return hashlib.sha256(workspace.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 # torch.compile's cache variables, each under the profile's storage.compile_cache.
 COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "/inductor", "TRITON_CACHE_DIR": "/triton"}

@@ -47,7 +47,7 @@ orch_task() {
   export ORCH_PEAK_TFLOPS=191.5
   export TORCHINDUCTOR_CACHE_DIR="/tmp/${USER}-torch-compile"/inductor
   export TRITON_CACHE_DIR="/tmp/${USER}-torch-compile"/triton
-  export ORCH_WORKDIR="/lustre/orion/${SLURM_JOB_ACCOUNT}/scratch/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
+  export ORCH_WORKDIR="/lustre/orion/${SLURM_JOB_ACCOUNT}/scratch/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4.65d80d2c
   export ORCH_STAGE="$ORCH_WORKDIR/work"
   mkdir -p -- "$MIOPEN_USER_DB_PATH"
   mkdir -p -- "$MIOPEN_CUSTOM_CACHE_DIR"
@@ -80,7 +80,7 @@ export -f orch_task
 # and renames it in (--delay-updates: all at the end), so a half-copied
 # checkpoint never appears under its own name.
 export USER="${USER:-$(id -un)}"
-export ORCH_WORKDIR="/lustre/orion/${SLURM_JOB_ACCOUNT}/scratch/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
+export ORCH_WORKDIR="/lustre/orion/${SLURM_JOB_ACCOUNT}/scratch/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4.65d80d2c
 export ORCH_STAGE="$ORCH_WORKDIR/work"
 orch_sync() (
   # orch_sync FROM TO OPTION... -- PATH...: the PATHs under FROM that exist (a first

@@ -35,7 +35,7 @@ orch_task() {
   export ORCH_PEAK_TFLOPS=191.5
   export TORCHINDUCTOR_CACHE_DIR="/tmp/${USER}-torch-compile"/inductor
   export TRITON_CACHE_DIR="/tmp/${USER}-torch-compile"/triton
-  export ORCH_WORKDIR="/lustre/orion/${SLURM_JOB_ACCOUNT}/scratch/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4
+  export ORCH_WORKDIR="/lustre/orion/${SLURM_JOB_ACCOUNT}/scratch/${USER}/orchestrator"/benchmark@pydoc-base-device_cfg4.65d80d2c
   mkdir -p -- "$MIOPEN_USER_DB_PATH"
   mkdir -p -- "$MIOPEN_CUSTOM_CACHE_DIR"
   mkdir -p -- "$TORCHINDUCTOR_CACHE_DIR"

@@ -42,7 +42,7 @@ orch_task() {
   export ORCH_REQUEUE_SIGNAL=USR1
   export TORCHINDUCTOR_CACHE_DIR="/tmp/${USER}-torch-compile"/inductor
   export TRITON_CACHE_DIR="/tmp/${USER}-torch-compile"/triton
-  export ORCH_WORKDIR="/tmp/orchestrator-testbed/${USER}"/benchmark@pydoc-base-device_cfg4
+  export ORCH_WORKDIR="/tmp/orchestrator-testbed/${USER}"/benchmark@pydoc-base-device_cfg4.65d80d2c
   export ORCH_STAGE="$ORCH_WORKDIR/work"
   mkdir -p -- "$TORCHINDUCTOR_CACHE_DIR"
   mkdir -p -- "$TRITON_CACHE_DIR"
@@ -64,7 +64,7 @@ export -f orch_task
 # and renames it in (--delay-updates: all at the end), so a half-copied
 # checkpoint never appears under its own name.
 export USER="${USER:-$(id -un)}"
-export ORCH_WORKDIR="/tmp/orchestrator-testbed/${USER}"/benchmark@pydoc-base-device_cfg4
+export ORCH_WORKDIR="/tmp/orchestrator-testbed/${USER}"/benchmark@pydoc-base-device_cfg4.65d80d2c
 export ORCH_STAGE="$ORCH_WORKDIR/work"
 orch_sync() (
   # orch_sync FROM TO OPTION... -- PATH...: the PATHs under FROM that exist (a first

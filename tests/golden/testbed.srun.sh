@@ -30,7 +30,7 @@ orch_task() {
   export ORCH_REQUEUE_SIGNAL=USR1
   export TORCHINDUCTOR_CACHE_DIR="/tmp/${USER}-torch-compile"/inductor
   export TRITON_CACHE_DIR="/tmp/${USER}-torch-compile"/triton
-  export ORCH_WORKDIR="/tmp/orchestrator-testbed/${USER}"/benchmark@pydoc-base-device_cfg4
+  export ORCH_WORKDIR="/tmp/orchestrator-testbed/${USER}"/benchmark@pydoc-base-device_cfg4.65d80d2c
   mkdir -p -- "$TORCHINDUCTOR_CACHE_DIR"
   mkdir -p -- "$TRITON_CACHE_DIR"
   # Scratch on the profile's fast storage (temporary files, caches): data

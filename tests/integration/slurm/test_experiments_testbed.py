@@ -1,0 +1,35 @@
+"""DVC's experiments with orchestrated stages on the real testbed: `dvc exp run --temp`
+and a `--queue` sweep run by `dvc queue start -j 3`, each experiment's item a Slurm job
+submitted from DVC's own copy of the project, with its own staging folder."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from support import ACCOUNT, exp_metrics, sweep_project, wait_for_queue
+from support import dvc_exp as dvc
+
+pytestmark = pytest.mark.slurm
+
+
+def test_a_queued_sweep_and_a_temp_experiment_run_as_slurm_jobs(slurm_testbed, tmp_path):
+    project = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
+    since = time.time()
+    queued = dvc(project, "exp", "run", "--queue", "-S", "sweep.lr=0.1,0.2,0.3")
+    assert queued.returncode == 0, queued.stdout + queued.stderr
+    assert dvc(project, "queue", "start", "-j", "3").returncode == 0
+    status = wait_for_queue(project, 3, timeout=400)
+    assert status.count("Success") == 3, status
+    done = dvc(project, "exp", "run", "--temp", "-S", "sweep.lr=0.5", "-n", "temp", timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    scores = exp_metrics(project)
+    assert sorted(scores.values()) == [0.2, 0.4, 0.6, 1.0], scores
+    # One job per experiment, each from its own copy of the project (.dvc/tmp/exps/...).
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))
+    argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", ACCOUNT, "--format=JobIDRaw,State,WorkDir"]
+    rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
+    ours = [row for row in rows if row[-1].startswith(str(project.resolve()) + "/.dvc/tmp/exps/")]
+    assert len(ours) == 4 and len({row[-1] for row in ours}) == 4, rows
+    assert {row[1] for row in ours} == {"COMPLETED"}
