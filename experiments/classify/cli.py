@@ -15,8 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from experiments.classify import data, models
 from experiments.classify.module import TextClassifier
-from experiments.common import peak, profiling
-from experiments.common.args import positive, resolve_device
+from experiments.common import peak, profiling, speed
+from experiments.common.args import add_accelerator, positive, resolve_device
 from experiments.common.run import Run, build_trainer
 
 
@@ -31,20 +31,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=positive, default=16, help="per device")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--output", type=Path, required=True, help="directory for model/, metrics.json and dvclive/")
-    parser.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), default="auto")
+    add_accelerator(parser)
     parser.add_argument("--precision", help="a Lightning precision; default bf16-mixed on GPU, 32-true on CPU")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (the data is in memory)")
     profiling.add_options(parser)
+    speed.add_options(parser)
     args = parser.parse_args(argv)
-    problems = profiling.problems(args)
+    problems = resolve_device(args) + profiling.problems(args)
     try:
         peak.env_peak()  # read after training: a bad value must stop the run before it starts
     except ValueError as e:
         problems.append(str(e))
     if problems:
         parser.error("; ".join(problems))
-    resolve_device(args)
+    args.compile_mode = speed.compile_mode(args)
     return args
 
 
@@ -74,10 +75,12 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     run = Run(args, callbacks)
     dataset = data.load(args.dataset)
     module = TextClassifier(args.model, dataset.vocab_size, dataset.seq_len, dataset.num_classes, args.lr)
+    speed.compile_in_place(module.net, args.compile_mode)
     parameters = sum(p.numel() for p in module.parameters())
     flops_per_sample = models.flops_per_sample(models.config(args.model), dataset.seq_len, dataset.num_classes)
     headline = (
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={args.accelerator} precision={args.precision} "
+        f"compile={args.compile_mode or 'off'} "
         f"dataset={args.dataset} model={args.model} parameters={parameters} batch_size={args.batch_size} max_steps={args.max_steps}"
     )
     strategy = "ddp" if run.world_size > 1 else "auto"  # on CPU, DDP over gloo

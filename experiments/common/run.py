@@ -21,7 +21,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from experiments.common import metrics, peak, profiling
+from experiments.common import metrics, peak, profiling, speed
 from experiments.common.callbacks import RankReport, StepTimer, job_resources, layout_metrics
 from experiments.common.datawait import DataWait
 from experiments.common.power import PowerMonitor
@@ -51,8 +51,11 @@ class Run:
         # The checkpoint to resume from, if an earlier run of this job left one.
         self.resume = resume_path(self.requeue.path)
         self.extra = tuple(callbacks)
-        self.timer = StepTimer(warmup_steps=args.max_steps // 10)
-        self.wait = DataWait(warmup_steps=args.max_steps // 10)
+        # The first tenth of the steps is not timed; with a compiled model at least the first
+        # step (where it compiles, tens of seconds) is left out however short the run.
+        warmup = max(args.max_steps // 10, 1 if getattr(args, "compile_mode", None) and args.max_steps > 1 else 0)
+        self.timer = StepTimer(warmup_steps=warmup)
+        self.wait = DataWait(warmup_steps=warmup)
         self.power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
         self.profiler = profiling.ProfileWindow(args.profile_steps, args.output, args.profile_trace)
 
@@ -125,6 +128,10 @@ class Run:
                 **layout_metrics(trainer, args, args.accelerator, args.precision),
                 "model": args.model,
                 "parameters": parameters,
+                # What produced these figures: the device, and what made its steps fast or not.
+                "device": torch.cuda.get_device_name(trainer.strategy.root_device) if args.accelerator == "gpu" else "cpu",
+                "compile": getattr(args, "compile_mode", None) or "off",
+                "optimizer": speed.optimizer_form(trainer.optimizers[0]) if trainer.optimizers else None,
                 "seed": args.seed,
                 "torch_version": torch.__version__,
                 "lightning_version": pl.__version__,

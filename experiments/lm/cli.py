@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from experiments.common import peak, profiling
-from experiments.common.args import positive, resolve_device
+from experiments.common import peak, profiling, speed
+from experiments.common.args import add_accelerator, positive, resolve_device
 from experiments.common.run import Run
 from experiments.common.run import build_trainer as common_trainer
 from experiments.lm import data as lm_data
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seq-len", type=positive, default=128, help="tokens per sequence")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--output", type=Path, required=True, help="directory for model/, metrics.json and dvclive/")
-    parser.add_argument("--accelerator", choices=("auto", "cpu", "gpu"), default="auto")
+    add_accelerator(parser)
     parser.add_argument("--strategy", choices=STRATEGIES, default="auto", help="auto: DDP on more than one device")
     parser.add_argument("--precision", help="a Lightning precision; default bf16-mixed on GPU, 32-true on CPU")
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenizer", choices=tokenizer.KINDS, default="auto", help="auto: BPE when `tokenizers` is installed, else bytes")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (the data is in memory)")
     profiling.add_options(parser)
+    speed.add_options(parser)
     return parser
 
 
@@ -61,9 +62,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     ``accelerator`` is cpu or gpu, and ``precision`` is set.
     """
     args = parser.parse_args(argv)
-    resolve_device(args)
+    problems = resolve_device(args)
     world_size = args.num_nodes * args.devices
-    problems = []
     for check in (lambda: lm_data.check_source(args.data), lambda: goldfish.check(args.goldfish_k, args.goldfish_h), peak.env_peak):
         try:
             check()
@@ -85,6 +85,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     problems += profiling.problems(args)
     if problems:
         parser.error("; ".join(problems))
+    args.compile_mode = speed.compile_mode(args)
     return args
 
 
@@ -121,10 +122,12 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     except ValueError as e:
         parser.error(str(e))
     module = CausalLM(args.model, data.vocab_size, args.seq_len, args.lr, args.goldfish_k or None, args.goldfish_h)
+    speed.compile_in_place(module.net, args.compile_mode)
     parameters = sum(p.numel() for p in module.parameters())
     flops_per_token = gpt.flops_per_token(gpt.config(args.model), data.vocab_size, args.seq_len)
     headline = (
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={args.accelerator} precision={args.precision} "
+        f"compile={args.compile_mode or 'off'} "
         f"strategy={args.strategy} data={args.data} tokenizer={data.tokenizer} model={args.model} parameters={parameters} "
         f"batch_size={args.batch_size} seq_len={args.seq_len} goldfish_k={args.goldfish_k} max_steps={args.max_steps}"
     )

@@ -31,6 +31,10 @@ CONFIGS: dict[str, GPTConfig] = {
     "small": GPTConfig(n_layers=12, d_model=768, n_heads=12),
     "medium": GPTConfig(n_layers=24, d_model=1024, n_heads=16),
     "large": GPTConfig(n_layers=36, d_model=1280, n_heads=20),
+    # GPT-3 XL's depth and width (24 x 2048) with heads of 128, FlashAttention's best
+    # size: ~1.2B parameters with a 512-token vocabulary. Bigger matmuls fill an H100
+    # better than large's 1280-wide ones.
+    "xl": GPTConfig(n_layers=24, d_model=2048, n_heads=16),
 }
 
 

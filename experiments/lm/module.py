@@ -6,6 +6,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
+from experiments.common import speed
 from experiments.common.callbacks import log_step
 from experiments.lm import goldfish, gpt
 
@@ -42,4 +43,4 @@ class CausalLM(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         # GPT's betas: a shorter second-moment memory than Adam's default 0.999 is steadier on language data.
-        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, betas=(0.9, 0.95))
+        return speed.adamw(self.parameters(), lr=self.hparams.lr, betas=(0.9, 0.95))

@@ -376,6 +376,7 @@ _PER_ITEM = ("ORCH_ITEM", "ORCH_WORKDIR")
 def _workspace_tag(workspace: str) -> str:
     return hashlib.sha256(workspace.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
+
 # torch.compile's cache variables, each under the profile's storage.compile_cache.
 COMPILE_CACHES = {"TORCHINDUCTOR_CACHE_DIR": "/inductor", "TRITON_CACHE_DIR": "/triton"}
 

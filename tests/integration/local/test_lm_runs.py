@@ -104,3 +104,19 @@ def test_two_ddp_processes_match_one_process_of_the_same_global_batch(runs):
     assert all(torch.allclose(one[name], two[name], atol=1e-4) for name in one)
     # Close, not equal: to give both ranks as many batches, the validation repeats a row when the count is odd.
     assert ddp["val_loss"] == pytest.approx(single["val_loss"], rel=1e-3)
+
+
+def test_the_gpu_benchmark_checks_itself_on_cpu(tmp_path):
+    """`benchmarks/gpu_mfu.py --smoke`: the pipeline's own command, compiled and not, read back."""
+    import json
+    import subprocess
+    import sys
+
+    from support import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_mfu.py"), "--smoke"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads((ROOT / "benchmarks/out/gpu_mfu_smoke.json").read_text())
+    rows = [(r["compile"], r["optimizer"], r["device"]) for r in result["rows"]]
+    assert rows == [("default", "AdamW fused", "cpu"), ("off", "AdamW fused", "cpu")]
+    assert [r["timed_steps"] for r in result["rows"]] == [7, 8]  # the compiling step is not timed

@@ -23,7 +23,7 @@ def test_sizes_by_name_and_their_parameter_counts():
 
     from experiments.lm import gpt
 
-    assert gpt.names() == ["tiny", "small", "medium", "large"]
+    assert gpt.names() == ["tiny", "small", "medium", "large", "xl"]
     assert gpt.config("medium") == gpt.GPTConfig(n_layers=24, d_model=1024, n_heads=16)
     counts = {}
     for name in gpt.names():
@@ -32,8 +32,8 @@ def test_sizes_by_name_and_their_parameter_counts():
         counts[name] = sum(p.numel() for p in net.parameters())
         assert counts[name] == gpt.parameters(gpt.config(name), 512, 1024), name
     assert 0.7e6 < counts["tiny"] < 1.5e6
-    assert 290e6 < counts["medium"] < 360e6 and 700e6 < counts["large"] < 800e6
-    with pytest.raises(ValueError, match=r"unknown model 'huge'; valid models: tiny, small, medium, large"):
+    assert 290e6 < counts["medium"] < 360e6 and 700e6 < counts["large"] < 800e6 and 1.1e9 < counts["xl"] < 1.3e9
+    with pytest.raises(ValueError, match=r"unknown model 'huge'; valid models: tiny, small, medium, large, xl"):
         gpt.build("huge", 512, 128)
 
 
