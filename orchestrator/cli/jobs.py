@@ -66,6 +66,34 @@ def submit(targets: tuple[str, ...], cluster: str | None, project: Path, force: 
 
 @click.command()
 @click.argument("targets", nargs=-1)
+@cluster_option()
+@project_option
+def record(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
+    """Record in dvc.lock every orchestrated item of TARGETS whose job succeeded.
+
+    One load of the DVC project and one scheduler query for all items, where `dvc
+    repro` would start an `orchestrator run` per stage; the lock is the one `dvc repro`
+    writes. Failed items are listed with their job and log; unfinished ones are left.
+    The recording job of `orchestrator submit` runs it, then `dvc repro` for the rest.
+    """
+    from orchestrator.jobs import record as rec
+    from orchestrator.util.runner import SubprocessRunner
+
+    found = rec.record(project, cluster, SubprocessRunner(), targets)
+    rows = [(name, "recorded") for name in found.recorded] + [(name, "up to date") for name in found.up_to_date]
+    rows += [(name, f"not finished: {why}") for name, why in found.unfinished] + [(name, f"failed: {why}") for name, why in found.failed]
+    if len(rows) <= 40:
+        table(("item", "result"), rows)
+    click.echo(
+        f"{len(found.recorded)} recorded, {len(found.up_to_date)} up to date, "
+        f"{len(found.unfinished)} not finished, {len(found.failed)} failed"
+    )
+    if found.failed:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("targets", nargs=-1)
 @click.option("--watch", "-w", is_flag=True, help="Refresh until every job has ended (polling backs off).")
 @project_option
 def status(targets: tuple[str, ...], watch: bool, project: Path) -> None:

@@ -173,6 +173,7 @@ def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, jo
                 partition=partition,
                 dependency="afterany:" + ":".join(job_ids),
                 log=".orchestrator/logs/record-%j.log",
+                record=shell_join(["orchestrator", "record", *targets]),
                 repro=shell_join(["dvc", "repro", "--keep-going", *targets]),
                 profile=ws.cluster,
             )
@@ -198,5 +199,5 @@ def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, jo
                 provenance={"after": list(job_ids), "targets": list(targets)},
             )
         )
-    say(f"recording job {job_id} runs `dvc repro --keep-going` when they end (log .orchestrator/logs/record-{job_id}.log)")
+    say(f"recording job {job_id} records the results when they end (log .orchestrator/logs/record-{job_id}.log)")
     return ItemJob(RECORD_ITEM, job_id, False, State.PENDING, tuple(job_ids))

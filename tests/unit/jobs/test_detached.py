@@ -73,10 +73,11 @@ def test_the_recording_job_waits_for_every_job_and_is_in_the_ledger(root):
     assert recorder.item == detached.RECORD_ITEM and recorder.after == tuple(ids)
     script = (root / ".orchestrator/scripts/record.sbatch").read_text()
     assert f"afterany:{':'.join(ids)}" in script and "dvc repro --keep-going" in script
+    assert script.index("orchestrator record") < script.index("dvc repro --keep-going")  # one process records, then repro
     (rec,) = ledger.Ledger(root).records(detached.RECORD_ITEM)
     assert rec.job_id == recorder.job_id and rec.provenance == {"after": ids, "targets": []}
     assert rec.log == f".orchestrator/logs/record-{recorder.job_id}.log" and rec.submitted_at == 1000.0
-    assert any(f"recording job {recorder.job_id} runs `dvc repro --keep-going`" in line for line in lines)
+    assert any(f"recording job {recorder.job_id} records the results when they end" in line for line in lines)
 
 
 def test_each_submission_is_in_the_ledger(root):

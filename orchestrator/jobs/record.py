@@ -1,0 +1,100 @@
+"""Recording finished jobs in DVC: every item whose job succeeded, in one process.
+
+After ``orchestrator submit`` nothing waits for the jobs; their results reach dvc.lock
+when something records them. ``dvc repro`` in attach-only mode does it stage by stage,
+and every stage starts an ``orchestrator run`` that opens the DVC project again: N
+items cost N project loads, which grew to about an hour at 1,000 items. Here the
+project is loaded once, the scheduler asked once for every job, and each item whose
+job for its current fingerprint succeeded, with all its outputs there, is saved and
+committed as ``dvc commit`` would (DVC hashes its deps and outs) and written to
+dvc.lock in one dump per dvc.yaml: the lock ``dvc repro`` writes for the same outputs.
+
+Failed, cancelled and still-running items are left as they are (listed, with the job
+and its log); a ``dvc repro`` afterwards finds the recorded items up to date and runs
+what is downstream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import OrchestratorError, PipelineError
+from orchestrator.jobs import backends, ledger
+from orchestrator.pipeline import fingerprint
+from orchestrator.scripts.workspace import Workspace
+from orchestrator.slurm.states import State
+from orchestrator.util.runner import Runner
+
+
+@dataclass
+class Recorded:
+    recorded: list[str] = field(default_factory=list)
+    up_to_date: list[str] = field(default_factory=list)
+    unfinished: list[tuple[str, str]] = field(default_factory=list)  # (item, why: job and state)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (item, job, state and log)
+
+
+def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), say: Callable[[str], None] = print) -> Recorded:
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo, lock_repo
+
+    ws = Workspace.open(root, cluster, runner, form="sbatch")  # the form `submit` rendered
+    if not ws.profile.profile.uses_slurm:
+        raise OrchestratorError(
+            f"`orchestrator record` records Slurm jobs; profile {ws.cluster!r} has no scheduler", hints=["run `dvc repro` here"]
+        )
+    backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
+    book = ledger.Ledger(root)
+    found = Recorded()
+    try:
+        # DVC names stages relative to the working directory: from the project, as `dvc -C`.
+        with contextlib.chdir(root), Repo(str(root)) as repo, lock_repo(repo):
+            chosen = _chosen(repo, ws, targets)
+            stale = set(repo.status(targets=[s.addressing for s in chosen] or None)) if chosen else set()
+            prints = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root))
+            latest = {}
+            for stage in chosen:
+                if stage.addressing not in stale:
+                    found.up_to_date.append(stage.addressing)
+                    continue
+                rec = book.history(stage.addressing).latest(prints.of(stage.addressing))
+                if rec is None:
+                    found.unfinished.append((stage.addressing, "no job submitted for its current script and inputs"))
+                else:
+                    latest[stage.addressing] = (stage, rec)
+            infos = backend.query([rec.job_id for _, rec in latest.values()])
+            to_dump: dict[object, list] = {}
+            for name, (stage, rec) in latest.items():
+                info = infos.get(rec.job_id)
+                state = info.state if info else rec.state
+                if state.active or info is None:
+                    found.unfinished.append((name, f"job {rec.job_id} {state.value}"))
+                    continue
+                with book.locked(name) as records:
+                    records.update(rec.job_id, state=info.state, exit_code=info.exit_code, elapsed_s=info.elapsed_s)
+                missing = [o.def_path for o in stage.outs if not o.exists] if info.state == State.COMPLETED else []
+                if info.state != State.COMPLETED or missing:
+                    why = f"job {rec.job_id} {info.state.value}" + (f", did not create {', '.join(missing)}" if missing else "")
+                    found.failed.append((name, f"{why}; log {rec.log}"))
+                    continue
+                stage.save()
+                stage.commit()
+                to_dump.setdefault(stage.dvcfile, []).append(stage)
+                found.recorded.append(name)
+            for dvcfile, stages in to_dump.items():
+                dvcfile.dump_stages(stages, update_pipeline=False)  # one write of dvc.lock for all of them
+    except DvcException as exc:
+        raise PipelineError("DVC cannot record the finished items", [str(exc)]) from exc
+    return found
+
+
+def _chosen(repo, ws: Workspace, targets: Sequence[str]) -> list:
+    """The orchestrated stages among ``targets`` (all of them without targets)."""
+    if targets:
+        stages = [s for t in targets for s in repo.stage.collect(t, glob="*" in t)]
+    else:
+        stages = list(repo.index.stages)
+    return [s for s in dict.fromkeys(stages) if s.addressing in ws.jobs]

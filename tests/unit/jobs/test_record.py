@@ -1,0 +1,45 @@
+"""`orchestrator record` against a fake Slurm: which items reach dvc.lock (succeeded, outputs
+there), which are listed as failed or not finished, and that nothing else changes. That
+the lock is the one `dvc repro` writes is proven on the testbed
+(tests/integration/slurm/test_record_testbed.py)."""
+
+from __future__ import annotations
+
+import yaml
+from fakes import FakeSlurm
+from test_detached import root, submit  # noqa: F401 - the fixture and the fake submission
+
+from orchestrator.jobs import ledger, record
+from orchestrator.slurm.states import State
+
+
+def test_succeeded_items_are_recorded_and_the_others_listed(root):  # noqa: F811
+    slurm = FakeSlurm()
+    rows, _ = submit(root, slurm)
+    jobs = {r.item: r.job_id for r in rows}
+    (root / "data").mkdir()
+    (root / "data/x.txt").write_text("prep output\n")
+    slurm.states[jobs["prep"]] = "COMPLETED"
+    slurm.states[jobs["train"]] = "RUNNING"
+    slurm.states[jobs["solo"]] = "FAILED"
+    found = record.record(root, None, slurm.runner, say=lambda line: None)
+    assert found.recorded == ["prep"]
+    assert found.unfinished == [("train", f"job {jobs['train']} running")]
+    assert [(name, why.split(";")[0]) for name, why in found.failed] == [("solo", f"job {jobs['solo']} failed")]
+    assert f"log .orchestrator/logs/solo-{jobs['solo']}.log" in found.failed[0][1]
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    assert list(lock["stages"]) == ["prep"] and lock["stages"]["prep"]["outs"][0]["path"] == "data"
+    # The ledger learned the end states; one sacct for every job.
+    assert ledger.Ledger(root).records("solo")[-1].state == State.FAILED
+    assert len(slurm.runner.called("sacct")) == 1
+    assert len(slurm.sbatch_calls()) == 4  # nothing submitted
+
+
+def test_a_job_that_succeeded_without_its_outputs_is_not_recorded(root):  # noqa: F811
+    slurm = FakeSlurm()
+    rows, _ = submit(root, slurm, targets=("solo",))
+    (solo,) = [r.job_id for r in rows if r.item == "solo"]
+    slurm.states[solo] = "COMPLETED"
+    found = record.record(root, None, slurm.runner, ("solo",))
+    assert found.recorded == [] and found.failed[0][1].startswith(f"job {solo} completed, did not create solo")
+    assert not (root / "dvc.lock").exists()
