@@ -365,7 +365,7 @@ def _environment(
     if p.storage.workdir_root:
         # Per item and per workspace: the same item of two clones, or of two DVC experiments
         # running at once (each in its own copy under .dvc/tmp/exps/), never shares a folder.
-        env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}.{_workspace_tag(workspace)}"))))
+        env.append(("ORCH_WORKDIR", Shell(quote_runtime(p.storage.workdir_root) + quote(f"/{name}.{workspace_tag(workspace)}"))))
     return tuple(pair if pair[0] in _PER_ITEM else _shared(pair) for pair in env)
 
 
@@ -373,7 +373,8 @@ _PER_ITEM = ("ORCH_ITEM", "ORCH_WORKDIR")
 
 
 @functools.lru_cache(maxsize=64)
-def _workspace_tag(workspace: str) -> str:
+def workspace_tag(workspace: str) -> str:
+    """A short hash of the workspace's path, in the names of its per-item folders on shared storage."""
     return hashlib.sha256(workspace.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 

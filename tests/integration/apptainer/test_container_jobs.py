@@ -24,6 +24,8 @@ from support import (
     wait_until_training,
 )
 
+from orchestrator.scripts.plan import workspace_tag
+
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer]
 
 LEAKED = {"SINGULARITY_BIND": "/leaked/singularity/path", "APPTAINER_BIND": "/leaked/apptainer/path", "APPTAINER_BINDPATH": "/leaked/too"}
@@ -89,6 +91,7 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
 
     workspace = str(project.resolve())
     fast = tmp_path / "fast" / "root"
+    staged = f"{fast}/probe.{workspace_tag(workspace)}"  # the item's folder, per workspace
     ranks = [json.loads(p.read_text()) for p in sorted((project / "out").glob("rank*.json"))]
     assert sorted(r["SLURM_PROCID"] for r in ranks) == ["0", "1", "2", "3"]
     for r in ranks:
@@ -99,10 +102,10 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
         # Apptainer tells the task what it bound: exactly the declared binds (the
         # workspace and the fast working dir), none of the leaked ones.
         for name in ("APPTAINER_BIND", "SINGULARITY_BIND"):
-            assert set(r[name].split(",")) == {workspace, f"{fast}/probe"}, r[name]
+            assert set(r[name].split(",")) == {workspace, staged}, r[name]
         # Staging: the task ran from the copy on fast storage, and its outputs came back.
-        assert r["cwd"] == f"{fast}/probe/work", r["cwd"]
-    assert not (fast / "probe").exists()  # scratch cleaned up after success
+        assert r["cwd"] == f"{staged}/work", r["cwd"]
+    assert Path(staged).parent.is_dir() and not Path(staged).exists()  # scratch cleaned up after success
 
     metrics = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/metrics.json").read_text())
     assert metrics["world_size"] == 4 and metrics["cluster_environment"] == "SLURMEnvironment"
@@ -168,6 +171,7 @@ def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_imag
     assert metrics["world_size"] == 2 and metrics["max_steps"] == 600
     assert json.loads((result / "provenance.json").read_text())["requeues"] == 1
     assert sorted(p.name for p in (result / "model").iterdir()) == ["model.ckpt"]  # the requeue checkpoint is gone
-    assert not (tmp_path / "fast/root" / item).exists()
+    fast = tmp_path / "fast/root"
+    assert fast.is_dir() and not (fast / f"{item}.{workspace_tag(str(project.resolve()))}").exists()  # scratch cleaned up
     script = next((project / ".orchestrator/scripts").rglob(f"{item}.sbatch")).read_text()
     assert "exec apptainer exec" in script
