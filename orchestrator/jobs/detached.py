@@ -27,6 +27,7 @@ from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.quoting import join as shell_join
 from orchestrator.scripts.workspace import SCRIPTS_DIR, Workspace
+from orchestrator.slurm import limits
 from orchestrator.slurm.states import State
 from orchestrator.util.runner import Runner
 
@@ -92,6 +93,7 @@ def submit(
 
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
     book = ledger.Ledger(root)
+    _check_room(ws, runner, [n for n in order if not _followed(book, n, prints[n])])
     done: dict[str, ItemJob] = {}
     for name in order:
         plan = plans[name]
@@ -109,6 +111,35 @@ def submit(
             say(f"{name}: job {outcome.record.job_id}" + (f" after {','.join(after)}" if after else "") + why)
     recorder = _submit_recorder(ws, backend, targets, [s.job_id for s in done.values() if s.state.active], now, say)
     return [*done.values(), *([recorder] if recorder else [])]
+
+
+def _followed(book: ledger.Ledger, name: str, fp: str) -> bool:
+    """Whether ``name``'s job for ``fp`` is queued or running as far as the ledger knows
+    (it will be attached to, not submitted again, forced or not)."""
+    rec = book.history(name).latest(fp)
+    return rec is not None and rec.state.active
+
+
+def _check_room(ws: Workspace, runner: Runner, new: Sequence[str]) -> None:
+    """Refuse, before anything is submitted, a submission the site's MaxSubmitJobs would cut off half-way."""
+    import getpass
+
+    if not new:
+        return
+    need = len(new) + (1 if ws.profile.profile.scheduler.service_partition else 0)
+    settings = ws.params.settings
+    partition = ws.profile.profile.scheduler.partitions.get(settings.partition or ws.profile.profile.scheduler.default_partition or "")
+    for limit in limits.submit_limits(runner, getpass.getuser(), settings.account, partition.qos if partition else None):
+        if need > limit.room:
+            recorder = " and the recording job" if need > len(new) else ""
+            raise backends.SchedulerError(
+                f"{len(new)} item(s){recorder} would need {need} jobs, but {limit.what} allows {limit.limit} queued or running "
+                f"(MaxSubmitJobs) and {limit.queued} are already: nothing was submitted",
+                hints=[
+                    f"submit at most {limit.room} now: `orchestrator submit TARGET...` with a part of the matrix, the rest when they end",
+                    "or ask the site for a higher MaxSubmitJobs (`sacctmgr show assoc user=$USER`, `sacctmgr show qos`)",
+                ],
+            )
 
 
 def _stale_in_order(repo, ws: Workspace, targets: Sequence[str], force: bool = False) -> tuple[list[str], list[str]]:

@@ -7,6 +7,7 @@ is proven on the testbed in tests/integration/slurm/test_slurm_testbed.py.
 
 from __future__ import annotations
 
+import getpass
 import json
 from pathlib import Path
 
@@ -232,3 +233,25 @@ def test_a_stale_plain_stage_whose_output_is_missing_is_named_not_a_traceback(tm
     with pytest.raises(PipelineError) as failed:
         submit(project, slurm)
     assert "fetch: run `dvc repro fetch` first" in str(failed.value) and slurm.runner.called("sbatch") == []
+
+
+def test_a_submission_over_the_sites_maxsubmitjobs_is_refused_before_anything_is_queued(root):
+    from fakes import ok
+
+    slurm = FakeSlurm()
+    assoc = {"format=account": f"{ACCOUNT}\n", "format=MaxSubmit,GrpSubmit,DefaultQOS": "3||normal\n"}
+    slurm.runner.answers["sacctmgr"] = lambda argv: ok(next((v for k, v in assoc.items() if k in argv), ""))(argv)
+    slurm.runner.answers["squeue"] = lambda argv: ok("77\n" if "-A" in argv else "")(argv)  # one job of ours already queued
+    with pytest.raises(backends.SchedulerError) as caught:
+        submit(root, slurm)
+    err = caught.value
+    assert err.headline == (
+        f"3 item(s) and the recording job would need 4 jobs, but the association of {getpass.getuser()} "
+        f"with account {ACCOUNT} allows 3 queued or running (MaxSubmitJobs) and 1 are already: nothing was submitted"
+    )
+    assert "submit at most 2 now" in err.hints[0]
+    assert slurm.sbatch_calls() == {} and not (root / ".orchestrator/ledger/prep.json").exists()
+    # Room enough: submitted as usual.
+    assoc["format=MaxSubmit,GrpSubmit,DefaultQOS"] = "10||normal\n"
+    rows, _ = submit(root, slurm)
+    assert len(rows) == 4
