@@ -37,10 +37,12 @@ MAX_RATIO = 0.6
 ITEMS = ["a", "b", "c", "d"]
 
 
-def project(where: Path, profile: str) -> Path:
+def project(where: Path, profile: str, items: list = ITEMS) -> Path:
+    """A git + DVC project whose one-node items sleep $BENCH_SLEEP seconds, then write out/ITEM
+    (also benchmarks/sweep.py's)."""
     where.mkdir(parents=True)
     (where / "params.yaml").write_text(
-        yaml.safe_dump({"orchestrator": {"cluster": profile, "account": "project_465000858"}, "items": ITEMS})
+        yaml.safe_dump({"orchestrator": {"cluster": profile, "account": "project_465000858"}, "items": list(items)})
     )
     cmd = (
         "orchestrator run --nodes 1 --gpus-per-node 1 -- python -c "
@@ -128,7 +130,12 @@ def main() -> int:
     return 0 if not failures else 1
 
 
-if __name__ == "__main__":
+def on_testbed(main) -> None:
+    """Run a testbed benchmark's ``main`` and exit with its status (also benchmarks/sweep.py's)."""
     if shutil.which("sbatch") is None and os.geteuid() != 0:
         sys.exit("needs the testbed: run as root on a machine where `orchestrator testbed up` works")
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    on_testbed(main)

@@ -2,7 +2,7 @@
 (`orchestrator record`) against today's other way (`dvc repro --keep-going` in attach-only
 mode, an `orchestrator run` per stage), on the real testbed.
 
-For each size N: a matrix of N one-second items (the testbed profile with shared, not
+For each size N: a matrix of N one-second items (benchmarks/detached.py's) (the testbed profile with shared, not
 whole-node, allocations, so the two nodes run many at once) is submitted with `orchestrator
 submit` (timed: its return, and the number of sbatch calls, one per item today), run to
 the end, then recorded with `orchestrator record` (timed). With `--old-upto M`, sizes up to
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,23 +30,11 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from detached import on_testbed, project  # noqa: E402 - the same matrix of sleeping one-node items
+
 ACCOUNT = "project_465000858"
 MAX_RECORD_S = 60.0
-
-
-def project(where: Path, profile: Path, items: int) -> Path:
-    where.mkdir(parents=True)
-    params = {"orchestrator": {"cluster": str(profile), "account": ACCOUNT}, "items": list(range(items))}
-    (where / "params.yaml").write_text(yaml.safe_dump(params))
-    cmd = (
-        "orchestrator run --nodes 1 --gpus-per-node 1 --time 00:02:00 -- python3 -c "
-        '\'import os, time; time.sleep(1); os.makedirs("out", exist_ok=True); open("out/${item.x}", "w").write("done")\''
-    )
-    stage = {"matrix": {"x": "${items}"}, "cmd": cmd, "outs": [{"out/${item.x}": {"persist": True}}]}
-    (where / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"work": stage}}, sort_keys=False))
-    subprocess.run(["git", "init", "-q"], cwd=where, check=True)
-    subprocess.run(["dvc", "init", "-q"], cwd=where, check=True)
-    return where
 
 
 def shared_profile(where: Path) -> Path:
@@ -84,13 +71,13 @@ def main() -> int:
     ap.add_argument("--old-upto", type=int, default=128, help="record the old way too up to this size (default 128)")
     a = ap.parse_args()
     subprocess.run([sys.executable, "-m", "orchestrator", "testbed", "up"], check=True, capture_output=True)
-    env = {**os.environ, "ORCH_POLL_MAX_S": "2", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "ORCH_POLL_MAX_S": "2", "PYTHONPATH": str(ROOT), "BENCH_SLEEP": "1"}
     rows, failures = [], []
     with tempfile.TemporaryDirectory(prefix="orch-sweep-", dir="/tmp") as td:
         tmp = Path(td)
         profile = shared_profile(tmp)
         for n in [int(x) for x in a.items.split(",")]:
-            where = project(tmp / f"n{n}", profile, n)
+            where = project(tmp / f"n{n}", str(profile), list(range(n)))
             since = time.time()
             t_submit, done = timed([sys.executable, "-m", "orchestrator", "submit"], where, env)
             if done.returncode != 0:
@@ -131,6 +118,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if shutil.which("sbatch") is None and os.geteuid() != 0:
-        sys.exit("needs the testbed: run as root on a machine where `orchestrator testbed up` works")
-    sys.exit(main())
+    on_testbed(main)
