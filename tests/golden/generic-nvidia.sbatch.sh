@@ -69,7 +69,7 @@ export -f orch_task
 # (data loaders time out on slow shared storage) and its outputs come
 # back at the end and before a requeue. rsync writes each file beside its place
 # and renames it in (--delay-updates: all at the end), so a half-copied
-# checkpoint never appears under its own name.
+# checkpoint never appears under its own name; each copy is checked to have arrived.
 export USER="${USER:-$(id -un)}"
 export ORCH_WORKDIR="${TMPDIR}"/benchmark@pydoc-base-device_cfg4.65d80d2c
 export ORCH_STAGE="$ORCH_WORKDIR/work"
@@ -85,7 +85,13 @@ orch_sync() (
   for path in "$@"; do
     if [ -e "$path" ]; then paths+=("$path"); fi
   done
-  if [ -n "${paths[*]-}" ]; then rsync -a --relative "${options[@]}" -- "${paths[@]}" "$to/"; fi
+  if [ -z "${paths[*]-}" ]; then return 0; fi
+  rsync -a --relative "${options[@]}" -- "${paths[@]}" "$to/"
+  # rsync only warns (and exits 0) when it cannot place a file it copied: a path that did
+  # not arrive fails the job rather than a job that "succeeded" without its output.
+  for path in "${paths[@]}"; do
+    if [ ! -e "$to/$path" ]; then echo "orchestrator: $path did not arrive in $to" >&2; return 1; fi
+  done
 )
 orch_stage_in() {
   set -euo pipefail
@@ -94,7 +100,10 @@ orch_stage_in() {
   orch_sync /work/project "$ORCH_STAGE" --delete -- experiments params.yaml 'results/a b/model' 'results/a b/metrics.json'
 }
 orch_stage_out() {
-  orch_sync "$ORCH_STAGE" /work/project --delete --delay-updates -- 'results/a b/model' 'results/a b/metrics.json'
+  # A holding folder of this job's own: items whose outputs share a parent folder (out/1,
+  # out/2, ...) copy back at once, and rsync's default one (.~tmp~) would be removed by one
+  # while another still writes into it.
+  orch_sync "$ORCH_STAGE" /work/project --delete --delay-updates --partial-dir=".~orch-${SLURM_JOB_ID:-0}-$$~" -- 'results/a b/model' 'results/a b/metrics.json'
 }
 orch_stage_clean() {
   rm -rf -- "$ORCH_WORKDIR"
