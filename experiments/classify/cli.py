@@ -39,6 +39,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     speed.add_options(parser)
     args = parser.parse_args(argv)
     problems = resolve_device(args) + profiling.problems(args)
+    if args.precision == speed.FP8:
+        # Its encoder layers call their attention projections' weights directly, past any swapped Linear.
+        problems.append("--precision fp8 is the language model's (python -m experiments.lm); valid here: Lightning's precisions")
     try:
         peak.env_peak()  # read after training: a bad value must stop the run before it starts
     except ValueError as e:

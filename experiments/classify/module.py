@@ -31,7 +31,7 @@ class TextClassifier(pl.LightningModule):
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         tokens, labels = batch
-        logits = self(tokens)
+        logits = self.net.forward(tokens)  # eager: see experiments.lm.module's validation_step
         self.log("val_loss", F.cross_entropy(logits, labels), batch_size=len(labels), sync_dist=True)
         self.log("val_accuracy", (logits.argmax(dim=-1) == labels).float().mean(), batch_size=len(labels), sync_dist=True)
 

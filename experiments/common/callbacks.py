@@ -91,25 +91,46 @@ def _print_line(line: str) -> None:
     print(line + "\n", end="", flush=True)
 
 
-class StepTimer(pl.Callback):
-    """Wall time of the training steps after ``warmup_steps``, up to ``trainer.max_steps``.
+class WarmUp:
+    """Which steps a measurement leaves out: those before global step ``steps``, and the first
+    ``process_steps`` of this process, wherever it starts.
 
-    The first steps pay for allocator growth, kernel selection and DDP's bucket
-    set-up, so they are left out. The clock reads only at the two ends (the device
-    synchronised there), so timing adds nothing to the steps themselves;
-    validation, which runs after the last step, is outside.
+    The first steps of a run pay for allocator growth, kernel selection and DDP's bucket
+    set-up; the first of every process, a resumed one too, for compiling the model
+    (:func:`experiments.common.speed.untimed_steps`). The last step counts whatever these
+    say, so that a short run still has a figure.
     """
 
-    def __init__(self, warmup_steps: int):
-        self.warmup_steps = warmup_steps
+    def __init__(self, steps: int, process_steps: int = 0):
+        self.steps = steps
+        self.process_steps = process_steps
+        self._first: int | None = None
+
+    def over(self, trainer: pl.Trainer) -> bool:
+        """Whether the step about to start is measured; call it at every step's start."""
+        step = trainer.global_step
+        if self._first is None:
+            self._first = step
+        return step >= self.steps and (step - self._first >= self.process_steps or step == trainer.max_steps - 1)
+
+
+class StepTimer(pl.Callback):
+    """Wall time of the training steps after the warm-up (:class:`WarmUp`), up to ``trainer.max_steps``.
+
+    The clock reads only at the two ends (the device synchronised there), so timing
+    adds nothing to the steps themselves; validation, which runs after the last step
+    (eagerly, not compiled), is outside.
+    """
+
+    def __init__(self, warmup_steps: int, untimed_steps: int = 0):
+        self.warmup = WarmUp(warmup_steps, untimed_steps)
         self.timed_steps = 0
         self.elapsed_s = 0.0
         self._start = 0.0
         self._first_step = 0
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
-        # ">=" and "not started": a run resumed from a checkpoint starts past the warm-up.
-        if not self._start and trainer.global_step >= self.warmup_steps:
+        if self.warmup.over(trainer) and not self._start:
             _synchronize(pl_module.device)
             self._start = time.perf_counter()
             self._first_step = trainer.global_step

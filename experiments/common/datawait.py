@@ -6,14 +6,16 @@ import time
 
 import pytorch_lightning as pl
 
+from experiments.common.callbacks import WarmUp
+
 
 class DataWait(pl.Callback):
     """The share of the loop's time spent between one step's end and the next step's start.
 
     That gap is where Lightning fetches the next batch from the loader (and moves
     it to the device), plus its own bookkeeping between steps; the steps are the
-    time from ``on_train_batch_start`` to ``on_train_batch_end``. Counted after
-    ``warmup_steps``, like :class:`~experiments.common.callbacks.StepTimer`. Put it last in
+    time from ``on_train_batch_start`` to ``on_train_batch_end``. Counted after the
+    warm-up, as :class:`~experiments.common.callbacks.StepTimer` times. Put it last in
     the trainer's callbacks, so that the other callbacks' batch-end work (e.g. the
     requeue check's all-reduce) counts as step time, not as waiting.
 
@@ -22,8 +24,8 @@ class DataWait(pl.Callback):
     GPU was busy, so there the share is an upper bound on the GPU's idle time.
     """
 
-    def __init__(self, warmup_steps: int):
-        self.warmup_steps = warmup_steps
+    def __init__(self, warmup_steps: int, untimed_steps: int = 0):
+        self.warmup = WarmUp(warmup_steps, untimed_steps)
         self.wait_s = 0.0
         self.step_s = 0.0
         self.gaps = 0  # waits counted: one fewer than the steps
@@ -32,7 +34,7 @@ class DataWait(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
         now = time.perf_counter()
-        if trainer.global_step < self.warmup_steps:
+        if not self.warmup.over(trainer):
             return
         if self._end is not None:
             self.wait_s += now - self._end

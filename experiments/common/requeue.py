@@ -41,8 +41,7 @@ class CheckpointOnSignal(pl.Callback):
         self.signalled = True  # act at the next step boundary, not inside the handler
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        flag = torch.tensor(float(self.signalled), device=pl_module.device)
-        if trainer.strategy.reduce(flag, reduce_op="max").item() > 0:
+        if self._agreed(trainer, pl_module.device):
             # Written beside, renamed into place: a kill at the hard limit never
             # leaves half a checkpoint to resume from.
             partial = self.path.with_name(self.path.name + ".partial")
@@ -57,6 +56,15 @@ class CheckpointOnSignal(pl.Callback):
             trainer.strategy.barrier("requeue-checkpoint")
             self.checkpointed = True
             trainer.should_stop = True
+
+    def _agreed(self, trainer: pl.Trainer, device: torch.device) -> bool:
+        """Whether any rank has seen the signal. One process asks no one: the all-reduce's
+        ``.item()`` would make the host wait for the GPU at every step, leaving it idle
+        while the next step is set up."""
+        if trainer.world_size == 1:
+            return self.signalled
+        flag = torch.tensor(float(self.signalled), device=device)
+        return trainer.strategy.reduce(flag, reduce_op="max").item() > 0
 
 
 def checkpoint_path(model_dir: Path) -> Path:

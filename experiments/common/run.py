@@ -51,11 +51,11 @@ class Run:
         # The checkpoint to resume from, if an earlier run of this job left one.
         self.resume = resume_path(self.requeue.path)
         self.extra = tuple(callbacks)
-        # The first tenth of the steps is not timed; with a compiled model at least the first
-        # step (where it compiles, tens of seconds) is left out however short the run.
-        warmup = max(args.max_steps // 10, 1 if getattr(args, "compile_mode", None) and args.max_steps > 1 else 0)
-        self.timer = StepTimer(warmup_steps=warmup)
-        self.wait = DataWait(warmup_steps=warmup)
+        # The first tenth of the steps is not timed, nor, with a compiled model, the steps in
+        # which each process compiles it (tens of seconds; a resumed run compiles again).
+        warmup, untimed = args.max_steps // 10, speed.untimed_steps(getattr(args, "compile_mode", None))
+        self.timer = StepTimer(warmup, untimed)
+        self.wait = DataWait(warmup, untimed)
         self.power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
         self.profiler = profiling.ProfileWindow(args.profile_steps, args.output, args.profile_trace)
 
@@ -151,7 +151,7 @@ def build_trainer(
         devices=args.devices,
         num_nodes=args.num_nodes,
         strategy=strategy,
-        precision=args.precision,
+        precision=speed.trainer_precision(args.precision),
         max_steps=args.max_steps,
         deterministic=args.accelerator == "cpu",  # on GPUs, deterministic kernels would cost the speed being measured
         default_root_dir=args.output,  # whatever Lightning writes by itself stays in the output

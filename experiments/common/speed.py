@@ -1,4 +1,4 @@
-"""What makes a step fast on a GPU: the model compiled, and the fused optimizer.
+"""What makes a step fast on a GPU: the model compiled, the fused optimizer, and FP8 matmuls where the device has them.
 
 ``torch.compile`` turns the model's many small kernels (LayerNorm, GELU, residual adds,
 the attention reshapes) into a few fused ones; measured on one H100 with the LM's
@@ -6,16 +6,23 @@ the attention reshapes) into a few fused ones; measured on one H100 with the LM'
 ``nn.Module.compile()``, in place, so the module keeps its own state-dict keys:
 checkpoints of compiled and uncompiled runs are the same and load into each other
 (``torch.compile(module)`` would wrap it and prefix every key with ``_orig_mod.``).
-Compiling happens at the first step, which the step timer leaves out (its warm-up).
+Compiling happens at the first step of every process (a resumed run compiles again),
+which the step timer leaves out (:func:`untimed_steps`). Validation calls the model's
+``forward``, eagerly: once per run, in eval mode and with a last partial batch, it would
+compile twice more for a few batches.
 
 On CPU it is off by default: the shipped pipeline's few steps on two cores would spend
 longer compiling than training. The same defaults hold on ROCm: nothing here is
 NVIDIA-only (Inductor emits Triton for both).
+
+``--precision fp8`` (the LM): torchao's float8 training, its linears' matmuls in FP8
+with dynamic per-tensor scales, the rest in bf16-mixed; on GPUs with FP8 matmuls only.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from collections.abc import Iterable
 
 import torch
@@ -46,6 +53,18 @@ def compile_in_place(net: torch.nn.Module, mode: str | None) -> None:
         net.compile(mode=mode, dynamic=False)
 
 
+# Steps at the start of each process that compiling takes: tracing and code generation at
+# the first; with CUDA graphs (reduce-overhead, max-autotune) the graphs are recorded at
+# the second, after a warm-up run of the compiled code.
+_UNTIMED_STEPS = {None: 0, "default": 1, "max-autotune-no-cudagraphs": 1, "reduce-overhead": 2, "max-autotune": 2}
+
+
+def untimed_steps(mode: str | None) -> int:
+    """How many of a process's first steps a compiled model spends compiling (for
+    :class:`~experiments.common.callbacks.StepTimer`): a resumed run compiles again."""
+    return _UNTIMED_STEPS[mode]
+
+
 def _fused_supported(params: list[torch.Tensor]) -> bool:
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
@@ -66,3 +85,52 @@ def optimizer_form(optimizer: torch.optim.Optimizer) -> str:
     group = optimizer.param_groups[0]
     form = "fused" if group.get("fused") else "foreach" if group.get("foreach") else "for-loop"
     return f"{type(optimizer).__name__} {form}"
+
+
+FP8 = "fp8"
+_FP8_DEVICES = "NVIDIA compute capability 8.9 or newer (L4, L40S, H100, H200, B200) or AMD MI300 or newer"
+
+
+def fp8_problems(accelerator: str) -> list[str]:
+    """Why ``--precision fp8`` cannot run here (``accelerator`` resolved); empty when it can.
+
+    A GPU asked for but missing is :func:`experiments.common.args.resolve_device`'s problem, not repeated here.
+    """
+    if accelerator != "gpu":
+        return [f"--precision fp8 needs a GPU with FP8 matmuls: {_FP8_DEVICES}; this run is on CPU, where 32-true and bf16-mixed are valid"]
+    if not torch.cuda.is_available():
+        return []
+    problems = []
+    if not _has_fp8_matmuls():
+        name = torch.cuda.get_device_name(0)
+        problems.append(f"--precision fp8 needs a GPU with FP8 matmuls: {_FP8_DEVICES}; {name} has none, use bf16-mixed")
+    if importlib.util.find_spec("torchao") is None:
+        problems.append("--precision fp8 needs torchao (pip install 'orchestrator[fp8]', i.e. torchao==0.18.0)")
+    return problems
+
+
+def _has_fp8_matmuls() -> bool:
+    if torch.version.hip:
+        return torch.cuda.get_device_properties(0).gcnArchName.startswith(("gfx94", "gfx95"))  # MI300, MI325, MI350
+    return torch.cuda.get_device_capability(0) >= (8, 9)
+
+
+def trainer_precision(precision: str) -> str:
+    """Lightning's precision for the run's: fp8's linears cast themselves, the rest runs in bf16-mixed."""
+    return "bf16-mixed" if precision == FP8 else precision
+
+
+def float8_in_place(net: torch.nn.Module) -> int:
+    """Swap ``net``'s Linear layers for torchao's Float8Linear; the number swapped.
+
+    Only those whose sides divide by 16, as FP8 matmuls need. Float8Linear is a Linear
+    with the same parameters, so the state-dict keys (the checkpoints) do not change.
+    Call before compiling: the casts and scales are meant to fuse into the kernels.
+    """
+    from torchao.float8 import convert_to_float8_training
+
+    def fits(module: torch.nn.Module, name: str) -> bool:
+        return module.in_features % 16 == 0 and module.out_features % 16 == 0
+
+    convert_to_float8_training(net, module_filter_fn=fits)
+    return sum(type(m).__name__ == "Float8Linear" for m in net.modules())

@@ -44,12 +44,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", type=Path, required=True, help="directory for model/, metrics.json and dvclive/")
     add_accelerator(parser)
     parser.add_argument("--strategy", choices=STRATEGIES, default="auto", help="auto: DDP on more than one device")
-    parser.add_argument("--precision", help="a Lightning precision; default bf16-mixed on GPU, 32-true on CPU")
+    parser.add_argument(
+        "--precision",
+        help="a Lightning precision, or fp8 (torchao float8 linears, GPUs with FP8 matmuls); default bf16-mixed on GPU, 32-true on CPU",
+    )
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--goldfish-k", type=int, default=0, help="leave about 1 in k tokens out of the loss; 0: plain loss")
     parser.add_argument("--goldfish-h", type=int, default=goldfish.DEFAULT_H, help="tokens of context the goldfish hash reads")
     parser.add_argument("--tokenizer", choices=tokenizer.KINDS, default="auto", help="auto: BPE when `tokenizers` is installed, else bytes")
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (the data is in memory)")
+    parser.add_argument(
+        "--activation-checkpointing", action="store_true", help="recompute each block's activations in the backward: larger batches fit"
+    )
     profiling.add_options(parser)
     speed.add_options(parser)
     return parser
@@ -82,6 +88,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
         args.batch_size = args.global_batch_size // world_size
     elif args.batch_size is None:
         args.batch_size = 8
+    if args.precision == speed.FP8:
+        problems += speed.fp8_problems(args.accelerator)
     problems += profiling.problems(args)
     if problems:
         parser.error("; ".join(problems))
@@ -122,6 +130,9 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     except ValueError as e:
         parser.error(str(e))
     module = CausalLM(args.model, data.vocab_size, args.seq_len, args.lr, args.goldfish_k or None, args.goldfish_h)
+    module.net.activation_checkpointing = args.activation_checkpointing
+    if args.precision == speed.FP8:
+        speed.float8_in_place(module.net)
     speed.compile_in_place(module.net, args.compile_mode)
     parameters = sum(p.numel() for p in module.parameters())
     flops_per_token = gpt.flops_per_token(gpt.config(args.model), data.vocab_size, args.seq_len)
@@ -146,6 +157,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
             "vocab_size": data.vocab_size,
             "goldfish_k": args.goldfish_k,
             "goldfish_h": args.goldfish_h,
+            "activation_checkpointing": args.activation_checkpointing,
         }
 
     run.finish(

@@ -36,8 +36,10 @@ class CausalLM(pl.LightningModule):
         return loss
 
     def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
-        # Every token counts in validation: the goldfish mask shapes training only.
-        logits = self(batch[:, :-1])
+        # Every token counts in validation: the goldfish mask shapes training only. Eager
+        # (forward, not the compiled call): validation runs once, after the timed steps, in eval
+        # mode and with a last partial batch, each a new compile that would take longer than it saves.
+        logits = self.net.forward(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         self.log("val_loss", loss, batch_size=len(batch), sync_dist=True)
 

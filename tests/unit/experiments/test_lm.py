@@ -32,7 +32,8 @@ def test_sizes_by_name_and_their_parameter_counts():
         counts[name] = sum(p.numel() for p in net.parameters())
         assert counts[name] == gpt.parameters(gpt.config(name), 512, 1024), name
     assert 0.7e6 < counts["tiny"] < 1.5e6
-    assert 290e6 < counts["medium"] < 360e6 and 700e6 < counts["large"] < 800e6 and 1.1e9 < counts["xl"] < 1.3e9
+    assert 290e6 < counts["medium"] < 360e6 and 700e6 < counts["large"] < 800e6
+    assert counts["xl"] == 1_211_748_352  # as gpt.py's comment says
     with pytest.raises(ValueError, match=r"unknown model 'huge'; valid models: tiny, small, medium, large, xl"):
         gpt.build("huge", 512, 128)
 
@@ -259,7 +260,7 @@ def test_data_wait_share_is_the_gap_between_steps(monkeypatch):
     # Read once per hook (not at the end of the warm-up step): steps of 1 s, gaps of 0.5, 0.1 and 0.9 s.
     clock = iter([0.0, 1.0, 2.0, 2.5, 3.5, 3.6, 4.6, 5.5, 6.5]).__next__
     monkeypatch.setattr(datawait.time, "perf_counter", clock)
-    callback, trainer = datawait.DataWait(warmup_steps=1), SimpleNamespace(global_step=0)
+    callback, trainer = datawait.DataWait(warmup_steps=1), SimpleNamespace(global_step=0, max_steps=5)
     for step in range(5):
         trainer.global_step = step
         callback.on_train_batch_start(trainer, None, None, step)

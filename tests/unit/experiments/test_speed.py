@@ -1,12 +1,13 @@
 """Fast steps on GPUs without losing what runs on CPU: the model compiled in place (the
-same checkpoints), the fused optimizer, and the device the orchestrator chose."""
+same checkpoints) and its compiling steps untimed, the fused optimizer, FP8 and activation
+checkpointing, and the device the orchestrator chose."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from support import LM_SHORT, isolated, model_weights, require_training, signal_at
+from support import LM_SHORT, isolated, model_weights, require_training, signal_at, skip_or_fail
 
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}\n" for i in range(400))
 
@@ -57,6 +58,25 @@ def test_gpus_asked_for_but_missing_are_one_usage_error(in_process, monkeypatch,
     assert not (in_process / "out").exists()
 
 
+def test_the_classifier_takes_the_same_device_choice(in_process, monkeypatch, capsys):
+    import torch
+
+    from experiments.classify import cli as classify
+
+    monkeypatch.setenv("ORCH_ACCELERATOR", "cpu")
+    assert classify.parse_args(["--output", "out"]).accelerator == "cpu"
+    monkeypatch.setenv("ORCH_ACCELERATOR", "gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit:
+        classify.parse_args(["--output", "out"])
+    assert exit.value.code == 2
+    assert "GPUs asked for (--accelerator gpu or ORCH_ACCELERATOR=gpu), but torch sees none here" in capsys.readouterr().err
+    monkeypatch.setenv("ORCH_ACCELERATOR", "cpu")
+    with pytest.raises(SystemExit):
+        classify.parse_args(["--output", "out", "--precision", "fp8"])  # not silently bf16-mixed (its trainer's precision for fp8)
+    assert "--precision fp8 is the language model's" in capsys.readouterr().err
+
+
 def test_on_gpus_the_model_is_compiled_by_default(in_process, monkeypatch):
     import torch
 
@@ -86,6 +106,144 @@ def test_adamw_is_fused_where_the_device_has_the_kernel():
     assert len(speed.adamw(frozen.parameters()).param_groups[0]["params"]) == 1  # only what trains
 
 
+# --- what is timed ---------------------------------------------------------------------------
+
+
+def test_each_process_leaves_its_compiling_steps_untimed():
+    require_training()
+    from types import SimpleNamespace
+
+    import torch
+
+    from experiments.common import speed
+    from experiments.common.callbacks import StepTimer, WarmUp
+
+    def measured(warmup: WarmUp, start: int, max_steps: int) -> list[int]:
+        trainer = SimpleNamespace(global_step=0, max_steps=max_steps)
+        steps = []
+        for trainer.global_step in range(start, max_steps):
+            if warmup.over(trainer):
+                steps.append(trainer.global_step)
+        return steps
+
+    compiling = speed.untimed_steps("default")
+    assert (compiling, speed.untimed_steps(None), speed.untimed_steps("reduce-overhead")) == (1, 0, 2)
+    assert measured(WarmUp(3), 0, 8) == [3, 4, 5, 6, 7]  # the run's warm-up
+    assert measured(WarmUp(3, compiling), 0, 8) == [3, 4, 5, 6, 7]  # compiled within it
+    assert measured(WarmUp(0, compiling), 5, 8) == [6, 7]  # resumed at step 5: it compiles again there
+    assert measured(WarmUp(0, 2), 6, 8) == [7]  # the last step is timed, so a short run has a figure
+
+    timer = StepTimer(0, compiling)
+    trainer, module = SimpleNamespace(global_step=0, max_steps=6), SimpleNamespace(device=torch.device("cpu"))
+    for step in range(2, 6):  # a run resumed at step 2
+        trainer.global_step = step
+        timer.on_train_batch_start(trainer, module, None, step)
+        trainer.global_step = step + 1
+        timer.on_train_batch_end(trainer, module, None, None, step)
+    assert timer.timed_steps == 3 and timer.elapsed_s > 0
+
+
+def test_one_process_checks_the_requeue_signal_without_a_collective(in_process):
+    """A collective's .item() at every step would make the host wait for the GPU each time."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from experiments.common.requeue import CheckpointOnSignal
+
+    class Strategy:
+        reduced = 0
+
+        def reduce(self, flag, reduce_op):
+            self.reduced += 1
+            return flag
+
+    callback = CheckpointOnSignal(in_process / "requeue.ckpt")
+    module = SimpleNamespace(device=torch.device("cpu"))
+    for world_size, collectives in ((1, 0), (2, 1)):
+        trainer = SimpleNamespace(world_size=world_size, strategy=Strategy())
+        callback.on_train_batch_end(trainer, module, None, None, 0)
+        assert trainer.strategy.reduced == collectives
+    assert not callback.checkpointed
+
+
+# --- FP8 and activation checkpointing ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("device", "fragment"),
+    [
+        (None, "--precision fp8 needs a GPU with FP8 matmuls: NVIDIA compute capability 8.9 or newer"),
+        (("NVIDIA A100-SXM4-80GB", (8, 0)), "NVIDIA A100-SXM4-80GB has none, use bf16-mixed"),
+    ],
+)
+def test_fp8_without_fp8_matmuls_is_a_usage_error(in_process, monkeypatch, capsys, device, fragment):
+    import torch
+
+    if device:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: device[0])
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: device[1])
+    with pytest.raises(SystemExit) as exit:
+        parse(["--precision", "fp8"])
+    assert exit.value.code == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_fp8_runs_bf16_mixed_with_float8_linears_and_keeps_the_checkpoint_keys(in_process, monkeypatch):
+    import importlib.util
+
+    import torch
+
+    from experiments.common import speed
+    from experiments.lm import gpt
+
+    with monkeypatch.context() as gpu:  # an H100, as torch would see it
+        gpu.setattr(torch.version, "hip", None)
+        gpu.setattr(torch.cuda, "is_available", lambda: True)
+        gpu.setattr(torch.cuda, "device_count", lambda: 1)
+        gpu.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA H100 80GB HBM3")
+        gpu.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+        args = parse(["--precision", "fp8"], gpu, ORCH_ACCELERATOR="gpu")
+        assert (args.precision, speed.trainer_precision(args.precision)) == ("fp8", "bf16-mixed")
+        find_spec = importlib.util.find_spec
+        gpu.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "torchao" else find_spec(name, *rest))
+        assert speed.fp8_problems("gpu") == ["--precision fp8 needs torchao (pip install 'orchestrator[fp8]', i.e. torchao==0.18.0)"]
+
+    if importlib.util.find_spec("torchao") is None:
+        skip_or_fail("torchao is not installed (the test extra has it)")
+    torch.manual_seed(0)
+    plain = gpt.build("tiny", 64, 16)
+    net = gpt.build("tiny", 64, 16)
+    assert speed.float8_in_place(net) == 4 * 4  # qkv, out and the MLP's two, in each of the 4 blocks
+    assert type(net.blocks[0].mlp[0]).__name__ == "Float8Linear"
+    net.load_state_dict(plain.state_dict())  # strict: the same keys and shapes both ways
+    assert set(net.state_dict()) == set(plain.state_dict())
+    assert speed.float8_in_place(torch.nn.Sequential(torch.nn.Linear(16, 8))) == 0  # 8 outputs: too narrow for FP8 matmuls
+
+
+def test_activation_checkpointing_recomputes_each_block_with_the_same_gradients():
+    require_training()
+    import torch
+
+    from experiments.lm import gpt
+
+    def gradients(checkpointing: bool) -> tuple[dict, int]:
+        torch.manual_seed(0)
+        net = gpt.build("tiny", 64, 16)
+        net.activation_checkpointing = checkpointing
+        calls = []
+        # On a part of the block: the recomputation stops once it has what the backward needs, before the block's own hooks.
+        net.blocks[0].attn.register_forward_hook(lambda *_: calls.append(1))
+        net(torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))).pow(2).mean().backward()
+        return {name: p.grad for name, p in net.named_parameters()}, len(calls)
+
+    (plain, once), (checkpointed, twice) = gradients(False), gradients(True)
+    assert (once, twice) == (1, 2)  # the block ran again in the backward pass
+    assert all(torch.equal(plain[name], checkpointed[name]) for name in plain)
+
+
 # --- compiled runs: trained, checkpointed and resumed ----------------------------------------
 
 
@@ -111,6 +269,7 @@ def test_a_compiled_run_resumes_exactly_and_its_checkpoints_load_uncompiled(in_p
     eager_keys = set(CausalLM("tiny", 256, 32, 1e-3).state_dict())
     assert set(requeue["state_dict"]) == eager_keys  # no `_orig_mod.` from the compiled module
     lm.main([*compiled, "--output", "cut"])
+    assert json.loads((in_process / "cut/metrics.json").read_text())["timed_steps"] == 3  # it compiled again at step 2
     whole, resumed = model_weights(in_process / "whole"), model_weights(in_process / "cut")
     assert set(whole) == eager_keys and all(torch.equal(whole[k], resumed[k]) for k in whole)
 
@@ -120,7 +279,9 @@ def test_a_compiled_run_resumes_exactly_and_its_checkpoints_load_uncompiled(in_p
     with pytest.raises(SystemExit):
         lm.main([*compiled, "--output", "switch"], callbacks=[signal_at(2)])
     lm.main([*argv, "--compile", "off", "--output", "switch"])
-    lm.main([*argv, "--compile", "off", "--output", "eager"])
+    # The eager run recomputes its activations (the results are the same; see above).
+    lm.main([*argv, "--compile", "off", "--activation-checkpointing", "--output", "eager"])
+    assert json.loads((in_process / "eager/metrics.json").read_text())["activation_checkpointing"] is True
     switched, eager = model_weights(in_process / "switch"), model_weights(in_process / "eager")
     assert json.loads((in_process / "switch/metrics.json").read_text())["compile"] == "off"
     curve = (in_process / "switch/dvclive/plots/metrics/train/loss.tsv").read_text().splitlines()
