@@ -29,7 +29,12 @@ def test_a_queued_sweep_and_a_temp_experiment_run_as_slurm_jobs(slurm_testbed, t
     # One job per experiment, each from its own copy of the project (.dvc/tmp/exps/...).
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))
     argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", ACCOUNT, "--format=JobIDRaw,State,WorkDir"]
-    rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
-    ours = [row for row in rows if row[-1].startswith(str(project.resolve()) + "/.dvc/tmp/exps/")]
+    deadline = time.time() + 60  # slurmdbd records a job that just ended a while later (seen: over 10 s)
+    while True:
+        rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
+        ours = [row for row in rows if row[-1].startswith(str(project.resolve()) + "/.dvc/tmp/exps/")]
+        if len(ours) >= 4 or time.time() > deadline:
+            break
+        time.sleep(1)
     assert len(ours) == 4 and len({row[-1] for row in ours}) == 4, rows
     assert {row[1] for row in ours} == {"COMPLETED"}
