@@ -156,3 +156,30 @@ def test_a_profile_may_not_hold_a_secret_value(tmp_path):
     with pytest.raises(ProfileError) as err:
         profile.load(str(path))
     assert "environment.variables.WANDB_API_KEY: looks like a secret" in str(err.value) and "orchestrator.secrets" in str(err.value)
+
+
+# --- where processes run, and torch.compile's caches --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ("processes_on: tpu", "processes_on"),
+        ("processes_on: gpu\n  gpus: 0", "node.processes_on is gpu, but node.gpus is 0"),
+    ],
+)
+def test_bad_processes_on_is_named(tmp_path, change, fragment):
+    text = profile.load("testbed").text.replace("processes_on: cpu", change)
+    if "gpus: 0" in change:
+        text = text.replace("  gpus: 4\n", "").replace('  gpu_cores: ["0", "1", "2", "3"]\n', "")
+    with pytest.raises((ProfileError, ConfigError)) as err:
+        profile.load(write(tmp_path, text))
+    assert fragment in err.value.render()
+
+
+def test_a_compile_cache_that_runs_a_command_is_refused(tmp_path):
+    text = profile.load("testbed").text + "storage: {compile_cache: /tmp/$(whoami)}\n"
+    text = text.replace("storage:\n  workdir_root: /tmp/orchestrator-testbed/${USER}\n", "")
+    with pytest.raises(ProfileError) as err:
+        profile.load(write(tmp_path, text))
+    assert "storage.compile_cache" in err.value.render()

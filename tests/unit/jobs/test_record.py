@@ -43,3 +43,15 @@ def test_a_job_that_succeeded_without_its_outputs_is_not_recorded(root):  # noqa
     found = record.record(root, None, slurm.runner, ("solo",))
     assert found.recorded == [] and found.failed[0][1].startswith(f"job {solo} completed, did not create solo")
     assert not (root / "dvc.lock").exists()
+
+
+def test_an_unknown_target_is_one_error_and_nothing_is_recorded(root):  # noqa: F811
+    import pytest
+
+    from orchestrator.errors import PipelineError
+
+    slurm = FakeSlurm()
+    with pytest.raises(PipelineError) as caught:
+        record.record(root, None, slurm.runner, ("nosuch",))
+    assert "DVC cannot record the finished items" in caught.value.headline and "nosuch" in caught.value.render()
+    assert not (root / "dvc.lock").exists() and slurm.runner.called("sacct") == []
