@@ -5,6 +5,7 @@ and Hugging Face `datasets` objects."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -121,13 +122,16 @@ class FakeSlurm:
         self.next_id = 101
         self.states: dict[str, str] = {}
         self.refuse: dict[str, str] = {}  # script file name -> sbatch's stderr
+        self.named: dict[str, tuple[str, str]] = {}  # job -> (job name, working dir)
+        self.config = "ClusterName = testbed\n"  # what `scontrol show config` prints
         self.runner = FakeRunner(
             {
                 "sbatch": self.sbatch,
                 "sacct": self.sacct,
-                "squeue": ok(""),
-                "scontrol": lambda argv: ok("Slurmctld(primary) at host is UP\n" if argv[1] == "ping" else "ClusterName = testbed\n")(argv),
+                "squeue": self.squeue,
+                "scontrol": lambda argv: ok("Slurmctld(primary) at host is UP\n" if argv[1] == "ping" else self.config)(argv),
                 "sacctmgr": ok(f"{ACCOUNT}\n"),
+                "scancel": ok(""),
             }
         )
 
@@ -137,13 +141,35 @@ class FakeSlurm:
             return Completed(tuple(argv), 1, "", self.refuse[name])
         job = str(self.next_id)
         self.next_id += 1
-        self.states[job] = "PENDING"
+        script = Path(argv[-1])
+        text = script.read_text() if script.is_file() else ""
+        array = re.search(r"^#SBATCH --array=0-(\d+)", text, re.M)
+        name = re.search(r"^#SBATCH --job-name=(\S+)", text, re.M)
+        workdir = next((a.split("=", 1)[1] for a in argv if a.startswith("--chdir=")), "")
+        self.named[job] = (name.group(1) if name else script.stem, workdir)
+        if array:  # one state per task, 101_0, 101_1, ...
+            self.states.update({f"{job}_{i}": "PENDING" for i in range(int(array.group(1)) + 1)})
+        else:
+            self.states[job] = "PENDING"
         return Completed(tuple(argv), 0, f"{job}\n", "")
 
     def sacct(self, argv):
-        asked = argv[argv.index("-j") + 1].split(",")
-        lines = [f"{job}|{self.states[job]}|0:0|5|1|node1|None\n" for job in asked if job in self.states]
+        named = next((a.split("=", 1)[1] for a in argv if a.startswith("--name=")), None)
+        if named is not None:
+            return Completed(tuple(argv), 0, self._named(named), "")
+        asked = argv[argv.index("-j") + 1].split(",")  # an array's tasks are asked for by the array's id
+        lines = [f"{job}|{state}|0:0|5|1|node1|None\n" for job, state in self.states.items() if job.split("_")[0] in asked]
         return Completed(tuple(argv), 0, "".join(lines), "")
+
+    def squeue(self, argv):
+        """Only ``squeue -n NAME`` (finding a job by name) lists anything: the fake's jobs are all in sacct."""
+        if "-n" not in argv:
+            return Completed(tuple(argv), 0, "", "")
+        return Completed(tuple(argv), 0, self._named(argv[argv.index("-n") + 1]), "")
+
+    def _named(self, name: str) -> str:
+        jobs = [j for j in self.states if self.named.get(j.split("_")[0], ("", ""))[0] == name]
+        return "".join(f"{j}|{self.named[j.split('_')[0]][1]}\n" for j in jobs)
 
     def sbatch_calls(self) -> dict[str, list[str]]:
         """sbatch's argv by the script it submitted (file name without suffix), in call order."""

@@ -92,21 +92,35 @@ def record(targets: tuple[str, ...], cluster: str | None, project: Path) -> None
         sys.exit(1)
 
 
+# More rows than this and `status` leaves out array tasks that are pending or completed.
+SHOWN_ROWS = 60
+
+
 @click.command()
 @click.argument("targets", nargs=-1)
 @click.option("--watch", "-w", is_flag=True, help="Refresh until every job has ended (polling backs off).")
+@click.option("--all", "-a", "all_rows", is_flag=True, help=f"List every array task, also past {SHOWN_ROWS} rows.")
 @project_option
-def status(targets: tuple[str, ...], watch: bool, project: Path) -> None:
-    """One table of the submitted items: state, job id, nodes, elapsed, exit code."""
+def status(targets: tuple[str, ...], watch: bool, all_rows: bool, project: Path) -> None:
+    """One table of the submitted items: state, job id, nodes, elapsed, exit code.
+
+    Job arrays get a line each (tasks per state). Past 60 rows, the array tasks
+    that are pending or completed are left out of the table (running and failed ones stay).
+    """
     import time
 
     from orchestrator.jobs import status as st
+    from orchestrator.slurm.states import State
     from orchestrator.slurm.times import hms
     from orchestrator.util.runner import SubprocessRunner
 
     runner, interval = SubprocessRunner(), 2.0
     while True:
         rows = st.refresh(project, runner, targets)
+        arrays = st.summaries(rows)
+        if len(rows) > SHOWN_ROWS and not all_rows:
+            # A sweep's hundreds of tasks: one row per array (`--all` or an item name lists them).
+            rows = [r for r in rows if "_" not in r.job_id or r.state not in (State.PENDING, State.COMPLETED)]
         columns = ["item", "state", "job", "nodes", "elapsed", "exit", "MFU", "submissions"]
         cells = [
             [
@@ -134,6 +148,8 @@ def status(targets: tuple[str, ...], watch: bool, project: Path) -> None:
             for r, row in zip(rows, cells, strict=True):
                 row.append("; ".join(filter(None, [r.reason, r.recovered])) or "-")
         table(tuple(columns), [tuple(c) for c in cells])
+        for a in arrays:
+            click.echo(f"array {a.array_id}: {a.tasks} tasks ({a.items}): {a.states}")
         for r in rows:
             if r.stuck:
                 click.echo(f"orchestrator: {r.item}: job {r.job_id} will not start by itself ({r.reason}): {r.stuck}", err=True)

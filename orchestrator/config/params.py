@@ -50,6 +50,9 @@ class Settings:
     # (API tokens for loggers): each must be set where the job is submitted, and
     # reaches the tasks through the scheduler's environment, by name only.
     secrets: tuple[str, ...] = ()
+    # At most this many tasks of one job array run at once (sbatch --array=...%K): a sweep
+    # of hundreds of items then leaves room on the partition for others. None: no cap.
+    array_parallel: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,11 @@ def from_data(data: Mapping[str, Any], source: str) -> Params:
         raise ConfigError(f"{source}: orchestrator.time: {why}")
     if settings.accelerator is not None and settings.accelerator not in ACCELERATORS:
         raise ConfigError(f"{source}: orchestrator.accelerator is {settings.accelerator!r}; valid: {', '.join(ACCELERATORS)}")
+    if settings.array_parallel is not None and settings.array_parallel < 1:
+        raise ConfigError(
+            f"{source}: orchestrator.array_parallel is {settings.array_parallel!r}; "
+            "give the most tasks of one job array to run at once, a whole number of at least 1 (or leave it out: no cap)"
+        )
     overlays = _mapping(data, "clusters", source, "profile names mapped to params changes, e.g. clusters: {lumi: {...}}")
     for name, overlay in overlays.items():
         if not isinstance(overlay, Mapping):

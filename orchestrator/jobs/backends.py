@@ -151,6 +151,7 @@ class SbatchBackend:
         self.runner = runner
         self.cluster_name = cluster_name
         self._checked: set[tuple[str | None, str | None]] = set()
+        self._named: dict[tuple[str, str, str], list[str]] = {}  # find()'s answers, until the next sbatch
 
     def preflight(self, plan: Plan) -> list[str]:
         """What would make the cluster refuse the job, found before submitting it."""
@@ -170,6 +171,7 @@ class SbatchBackend:
         """Submit ``script`` to run in ``workdir``; the job id. :class:`Refused`, naming
         ``what``, when sbatch says no."""
         argv = commands.sbatch_argv(str(script), workdir, after, exclude)
+        self._named.clear()
         done = self._run(argv, timeout=120)
         if done.returncode != 0:
             why = done.stderr.strip() or done.stdout.strip()
@@ -222,25 +224,31 @@ class SbatchBackend:
     def find(self, intent: ledger.Intent) -> str | None:
         """The job a killed submission left behind: called ``intent.job_name``, in
         ``intent.workdir``, not yet recorded. Only submissions holding the item's
-        lock make such jobs, so the newest match is the one. Both squeue (jobs Slurm
+        lock make such jobs, so the newest match is the one (for an array's task, the
+        array: see :attr:`ledger.Intent.array_index`). Both squeue (jobs Slurm
         holds, at once) and sacct (jobs already ended) are asked; if neither answers,
         SchedulerError: submitting blind could make a duplicate."""
         user = getpass.getuser()
         # An hour back: login node and controller clocks may disagree a little.
         since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(intent.written_at - 3600))
-        answered, found = False, []
-        for argv in (commands.squeue_named_argv(user, intent.job_name), commands.sacct_named_argv(user, intent.job_name, since)):
-            done = self._run(argv, timeout=60)
-            if done.returncode == 0:
-                answered = True
-                here = os.path.normpath(intent.workdir)
-                found += [job for job, workdir in commands.parse_named(done.stdout) if os.path.normpath(workdir) == here]
-        if not answered:
-            raise SchedulerError(
-                "cannot tell whether an interrupted submission reached Slurm: squeue and sacct both failed",
-                hints=["run again when the controller answers"],
-            )
-        fresh = sorted({j for j in found if j not in intent.known}, key=int)
+        key = (intent.job_name, os.path.normpath(intent.workdir), since)
+        found = self._named.get(key)
+        if found is None:
+            answered, found = False, []
+            for argv in (commands.squeue_named_argv(user, intent.job_name), commands.sacct_named_argv(user, intent.job_name, since)):
+                done = self._run(argv, timeout=60)
+                if done.returncode == 0:
+                    answered = True
+                    found += [job for job, workdir in commands.parse_named(done.stdout) if os.path.normpath(workdir) == key[1]]
+            if not answered:
+                raise SchedulerError(
+                    "cannot tell whether an interrupted submission reached Slurm: squeue and sacct both failed",
+                    hints=["run again when the controller answers"],
+                )
+            # The members of one array share its name: one question for all of them.
+            self._named[key] = found
+        known = {commands.array_of(j) for j in intent.known}
+        fresh = sorted({j for j in found if j not in known}, key=int)
         return fresh[-1] if fresh else None
 
     def unhealthy(self, nodes: Sequence[str]) -> list[str]:

@@ -21,14 +21,16 @@ from pathlib import Path
 
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
-from orchestrator.jobs import backends, ledger, submission
+from orchestrator.jobs import arrays, backends, ledger, submission
 from orchestrator.pipeline import fingerprint, invocation
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.quoting import join as shell_join
 from orchestrator.scripts.workspace import SCRIPTS_DIR, Workspace
-from orchestrator.slurm import limits
+from orchestrator.slurm import commands, limits
+from orchestrator.slurm import config as slurm_config
 from orchestrator.slurm.states import State
+from orchestrator.util import files
 from orchestrator.util.runner import Runner
 
 RECORD_ITEM = "orchestrator:record"
@@ -94,23 +96,89 @@ def submit(
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
     book = ledger.Ledger(root)
     _check_room(ws, runner, [n for n in order if not _followed(book, n, prints[n])])
+    config, _ = slurm_config.read(runner)
+    max_size = arrays.max_array_size(config.get("MaxArraySize") if config else None)
     done: dict[str, ItemJob] = {}
+    # Level by level: an item's upstream jobs are known (to wait for) before it is submitted.
+    upstream = {name: _upstream(name, deps[name], order, outs) for name in order}
+    position = {name: i for i, name in enumerate(ws.jobs)}  # dvc.yaml's order: an array's tasks follow its matrix
+    order = sorted(order, key=position.__getitem__)
+    for level in _levels(order, upstream):
+        subs = {}
+        for name in level:
+            plan = plans[name]
+            text = render.render(plan)
+            script = ws.script_path(plan)
+            write_script(script, text)
+            after = tuple(done[u].job_id for u in upstream[name] if u in done and done[u].state.active)
+            subs[name] = submission.Submission(ws, plan, script, text, prints[name], outs[name], after, force)
+        done.update(_submit_level(ws, book, subs, backend, runner, now(), max_size, say))
+    active = list(
+        dict.fromkeys(commands.array_of(done[n].job_id) for n in order if done[n].state.active)
+    )  # an array's id waits for all its tasks
+    recorder = _submit_recorder(ws, backend, targets, active, now, say)
+    return [*(done[name] for name in order), *([recorder] if recorder else [])]
+
+
+def _levels(order: list[str], upstream: dict[str, list[str]]) -> list[list[str]]:
+    """``order`` cut into levels, each in ``order``: an item's upstream items are all in earlier levels."""
+    depth: dict[str, int] = {}
+
+    def deep(name: str) -> int:
+        if name not in depth:
+            depth[name] = 1 + max((deep(u) for u in upstream[name] if u in upstream), default=-1)
+        return depth[name]
+
     for name in order:
-        plan = plans[name]
-        text = render.render(plan)
-        script = ws.script_path(plan)
-        write_script(script, text)
-        after = tuple(done[u].job_id for u in _upstream(name, deps[name], order, outs) if u in done and done[u].state.active)
-        sub = submission.Submission(ws, plan, script, text, prints[name], outs[name], after, force)
-        with book.locked(name) as records:
-            outcome = submission.attach_or_submit(records, sub, backend, runner, now())
-        state = outcome.info.state if outcome.info else outcome.record.state
-        done[name] = ItemJob(name, outcome.record.job_id, outcome.attached, state, () if outcome.attached else after)
-        if not outcome.attached:
+        deep(name)
+    return [[n for n in order if depth[n] == d] for d in range(max(depth.values(), default=-1) + 1)]
+
+
+def _submit_level(
+    ws: Workspace,
+    book: ledger.Ledger,
+    subs: dict[str, submission.Submission],
+    backend: backends.SbatchBackend,
+    runner: Runner,
+    at: float,
+    max_size: int,
+    say: Callable[[str], None],
+) -> dict[str, ItemJob]:
+    """Attach the items of one level to their jobs, or submit them: items of one shape as
+    the tasks of one array, the rest alone. Every item's ledger lock is held throughout,
+    taken in name order (so two submits of overlapping matrices cannot deadlock)."""
+    done: dict[str, ItemJob] = {}
+    files.raise_open_files_limit(len(subs) + 256)  # one open lock file per item
+    with contextlib.ExitStack() as stack:
+        held = {name: stack.enter_context(book.locked(name)) for name in sorted(subs)}
+        tasks: dict[str, submission.Task] = {}
+        for name, sub in subs.items():
+            outcome = submission.existing(held[name], sub, backend, runner)
+            if outcome is not None and outcome.why_new is None:
+                state = outcome.info.state if outcome.info else outcome.record.state
+                done[name] = ItemJob(name, outcome.record.job_id, True, state)
+            else:
+                tasks[name] = submission.Task(held[name], sub, outcome.why_new if outcome else None)
+        # Items retried off failed nodes each avoid their own nodes: they go alone.
+        alone = [n for n, t in tasks.items() if submission.excluded(t.records, t.sub.fingerprint)]
+        members = {n: arrays.Member(t.sub.plan, t.sub.text, t.sub.fingerprint) for n, t in tasks.items() if n not in alone}
+        groups, singles = arrays.group(((m, tasks[n].sub.after) for n, m in members.items()), max_size, ws.params.settings.array_parallel)
+        for array in groups:
+            names = [m.plan.item for m in array.members]
+            outcomes = submission.submit_array([tasks[n] for n in names], array, backend, runner, at)
+            for name, outcome in zip(names, outcomes, strict=True):
+                done[name] = ItemJob(name, outcome.record.job_id, False, State.PENDING, array.after)
+            array_id = commands.array_of(outcomes[0].record.job_id)
+            waits = f" after {','.join(array.after)}" if array.after else ""
+            say(f"array {array_id}: {len(names)} items ({names[0]} ... {names[-1]}){waits}; logs {array.log.replace('%A', array_id)}")
+        for name in [*alone, *(m.plan.item for m in singles)]:
+            task = tasks[name]
+            outcome = submission.submit_one(task.records, task.sub, backend, runner, at, task.why_new)
+            done[name] = ItemJob(name, outcome.record.job_id, False, State.PENDING, task.sub.after)
             why = f" ({outcome.why_new})" if outcome.why_new else ""
-            say(f"{name}: job {outcome.record.job_id}" + (f" after {','.join(after)}" if after else "") + why)
-    recorder = _submit_recorder(ws, backend, targets, [s.job_id for s in done.values() if s.state.active], now, say)
-    return [*done.values(), *([recorder] if recorder else [])]
+            after = f" after {','.join(task.sub.after)}" if task.sub.after else ""
+            say(f"{name}: job {outcome.record.job_id}{after}{why}")
+    return {name: done[name] for name in subs}
 
 
 def _followed(book: ledger.Ledger, name: str, fp: str) -> bool:

@@ -102,6 +102,10 @@ class Intent:
     workdir: str
     written_at: float
     known: tuple[str, ...] = ()  # job ids already recorded: not the one we look for
+    # A task of an array (orchestrator.jobs.arrays): the job found is the array, the
+    # item's is its task ``<array>_<index>``, logging to ``log`` (``%A``/``%a`` unfilled).
+    array_index: int | None = None
+    log: str | None = None
 
 
 @dataclass(frozen=True)

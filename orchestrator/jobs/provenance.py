@@ -29,7 +29,7 @@ def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str
         "profile": loaded.name,
         "profile_source": loaded.source,
         "profile_sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
-        "script_sha256": hashlib.sha256(script.encode()).hexdigest(),
+        "script_sha256": script_hash(script),
     }
     image = loaded.profile.container.image
     if image and loaded.profile.container.runtime:
@@ -38,6 +38,10 @@ def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str
     if code is not None:
         prov["git_commit"], prov["git_dirty"] = code.commit, code.dirty
     return prov
+
+
+def script_hash(script: str) -> str:
+    return hashlib.sha256(script.encode()).hexdigest()
 
 
 def of(record: ledger.Record, history: Sequence[ledger.Record]) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.jobs import backends, ledger
-from orchestrator.slurm import reasons
+from orchestrator.slurm import commands, reasons
 from orchestrator.slurm.states import JobInfo, State
 from orchestrator.util.runner import Runner
 
@@ -35,6 +35,36 @@ class Row:
     reason: str | None = None  # why a pending job waits, as Slurm says
     stuck: str | None = None  # what to do about a job that will not start by itself
     recovered: str | None = None  # the ledger file was damaged: where it went, what was wrong
+
+
+@dataclass(frozen=True)
+class ArraySummary:
+    """The tasks of one job array among the rows: how many, in which states."""
+
+    array_id: str
+    tasks: int
+    counts: dict[str, int]  # state -> tasks in it
+    items: str  # "first ... last"
+
+    @property
+    def states(self) -> str:
+        return ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items(), key=lambda kv: -kv[1]))
+
+
+def summaries(rows: Sequence[Row]) -> list[ArraySummary]:
+    """One summary per job array whose tasks are among ``rows`` (an item's newest job is a task)."""
+    by_array: dict[str, list[Row]] = {}
+    for row in rows:
+        if "_" in row.job_id:
+            by_array.setdefault(commands.array_of(row.job_id), []).append(row)
+    found = []
+    for array_id, members in by_array.items():
+        counts: dict[str, int] = {}
+        for row in members:
+            counts[row.state.value] = counts.get(row.state.value, 0) + 1
+        items = members[0].item if len(members) == 1 else f"{members[0].item} ... {members[-1].item}"
+        found.append(ArraySummary(array_id, len(members), counts, items))
+    return found
 
 
 def _recovery_note(recovery: ledger.Recovery | None) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import JobFailed, OrchestratorError
-from orchestrator.jobs import backends, ledger, provenance
+from orchestrator.jobs import arrays, backends, ledger, provenance
 from orchestrator.scripts.plan import Plan
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import JobInfo, State
@@ -59,48 +59,121 @@ class Submission:
 
 
 def attach_or_submit(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, now: float) -> Outcome:
-    """The one place a job is submitted; call it holding the item's ledger lock."""
-    ws, plan, fp = sub.ws, sub.plan, sub.fingerprint
-    attach_only = os.environ.get(ATTACH_ONLY) == "1"
-    if attach_only:
-        sub = dataclasses.replace(sub, force=False)  # the recording job records what was forced, it never forces again
-    outcome = recover(records, sub, backend, runner, attach_only) or adopt(records, sub, backend, runner) or attach(records, sub, backend)
+    """The one place a job is submitted for one item; call it holding the item's ledger lock."""
+    outcome = existing(records, sub, backend, runner)
     if outcome is not None and outcome.why_new is None:
         return outcome
-    why_new = outcome.why_new if outcome is not None else None
-    if attach_only:
-        raise JobFailed(
-            f"{plan.item}: {why_new or 'no finished or running job with this script and inputs to record'} "
-            "(attach-only mode: nothing is submitted)",
-            hints=[f"run `dvc repro {plan.item}` to make it again"] if why_new else [],
-        )
-    missing = [name for name in plan.secrets if not os.environ.get(name)]
-    problems = [f"secret {name} (orchestrator.secrets) is not set in this environment: export it before submitting" for name in missing]
-    problems += backend.preflight(plan)
-    if problems:
-        raise backends.SchedulerError(f"{plan.item} was not submitted", problems)
-    remove_stale(ws.root, sub.outs)  # what DVC does for outputs that do not persist
-    # Slurm opens the log before the script runs: its folder must exist.
-    (ws.root / plan.log).parent.mkdir(parents=True, exist_ok=True)
+    return submit_one(records, sub, backend, runner, now, outcome.why_new if outcome is not None else None)
+
+
+def submit_one(
+    records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, now: float, why_new: str | None = None
+) -> Outcome:
+    """Submit ``sub``'s job, which :func:`existing` found none to follow for; hold the item's lock."""
+    refuse_if_attach_only(sub, why_new)
+    prepare(sub, backend)
     # Nodes that failed this item's earlier tries (the retries now under way).
-    exclude = sorted({n for r in records.trailing_faults(fp) for n in (*r.excluded, *r.fault_nodes)})
-    records.begin(ledger.Intent(fp, plan.job_name, plan.workspace, now, tuple(r.job_id for r in records.records)))
+    exclude = excluded(records, sub.fingerprint)
+    records.begin(ledger.Intent(sub.fingerprint, sub.plan.job_name, sub.plan.workspace, now, tuple(r.job_id for r in records.records)))
     try:
-        accepted = backend.submit(plan, sub.script, after=sub.after, exclude=exclude)
+        accepted = backend.submit(sub.plan, sub.script, after=sub.after, exclude=exclude)
     except backends.Refused:
         records.forget_intent()  # refused: no job exists, nothing to look for later
         raise
-    prov = provenance.at_submission(ws.root, runner, ws.profile, sub.text)
-    record = _record(sub, backend, fp, accepted.job_id, accepted.log, now, prov, excluded=tuple(exclude))
+    prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text)
+    record = _record(sub, backend, sub.fingerprint, accepted.job_id, accepted.log, now, prov, excluded=tuple(exclude))
+    _append(records, record)
+    return Outcome(record, attached=False, why_new=why_new)
+
+
+def existing(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner) -> Outcome | None:
+    """The job already made for ``sub`` (after a damaged ledger, a killed submission, or
+    an earlier run), if it is to be followed; an Outcome with ``why_new`` when it is not;
+    None when there is none. Call it holding the item's ledger lock."""
+    attach_only = os.environ.get(ATTACH_ONLY) == "1"
+    if attach_only:
+        sub = dataclasses.replace(sub, force=False)  # the recording job records what was forced, it never forces again
+    return recover(records, sub, backend, runner, attach_only) or adopt(records, sub, backend, runner) or attach(records, sub, backend)
+
+
+def refuse_if_attach_only(sub: Submission, why_new: str | None) -> None:
+    """In the recording job of ``submit`` nothing is submitted: say why the item has no job to record."""
+    if os.environ.get(ATTACH_ONLY) == "1":
+        raise JobFailed(
+            f"{sub.plan.item}: {why_new or 'no finished or running job with this script and inputs to record'} "
+            "(attach-only mode: nothing is submitted)",
+            hints=[f"run `dvc repro {sub.plan.item}` to make it again"] if why_new else [],
+        )
+
+
+def prepare(sub: Submission, backend: backends.Backend) -> None:
+    """Before ``sub``'s job is submitted: its secrets are set, the cluster would take it,
+    its old outputs are gone (as DVC removes outputs that do not persist), its log's folder exists."""
+    missing = [name for name in sub.plan.secrets if not os.environ.get(name)]
+    problems = [f"secret {name} (orchestrator.secrets) is not set in this environment: export it before submitting" for name in missing]
+    problems += backend.preflight(sub.plan)
+    if problems:
+        raise backends.SchedulerError(f"{sub.plan.item} was not submitted", problems)
+    remove_stale(sub.ws.root, sub.outs)
+    # Slurm opens the log before the script runs: its folder must exist.
+    (sub.ws.root / sub.plan.log).parent.mkdir(parents=True, exist_ok=True)
+
+
+def excluded(records: ledger.ItemLedger, fingerprint: str) -> list[str]:
+    """Nodes that failed this fingerprint's earlier tries (the retries now under way)."""
+    return sorted({n for r in records.trailing_faults(fingerprint) for n in (*r.excluded, *r.fault_nodes)})
+
+
+@dataclass
+class Task:
+    """An item to become a task of an array: its ledger (locked by the caller), its
+    submission, and why an earlier job of it is not followed."""
+
+    records: ledger.ItemLedger
+    sub: Submission
+    why_new: str | None = None
+
+
+def submit_array(tasks: list[Task], array: arrays.Array, backend: backends.SbatchBackend, runner: Runner, now: float) -> list[Outcome]:
+    """Submit ``array``, whose members are ``tasks`` in order; hold every task's ledger lock.
+
+    Every task's intent names the array and the task's index before sbatch runs, so a
+    process killed between sbatch and the ledger leaves tasks the next run adopts."""
+    ws = tasks[0].sub.ws
+    for task in tasks:
+        refuse_if_attach_only(task.sub, task.why_new)
+        prepare(task.sub, backend)
+    script = arrays.write(ws.root, array, ws.cluster, now)
+    (ws.root / array.log).parent.mkdir(parents=True, exist_ok=True)
+    for index, task in enumerate(tasks):
+        known = tuple(r.job_id for r in task.records.records)
+        task.records.begin(ledger.Intent(task.sub.fingerprint, array.name, array.workdir, now, known, array_index=index, log=array.log))
+    try:
+        array_id = backend.sbatch(script, array.workdir, f"array {array.name} ({len(tasks)} items)", array.after)
+    except backends.Refused:
+        for task in tasks:
+            task.records.forget_intent()
+        raise
+    base = provenance.at_submission(ws.root, runner, ws.profile, "")  # the code's state is one for all
+    outcomes = []
+    for index, task in enumerate(tasks):
+        prov = {**base, "script_sha256": provenance.script_hash(task.sub.text), "array": array_id}
+        record = _record(task.sub, backend, task.sub.fingerprint, f"{array_id}_{index}", array.log_of(array_id, index), now, prov)
+        record = dataclasses.replace(record, script=arrays.frozen_path(task.sub.text))
+        _append(task.records, record)
+        outcomes.append(Outcome(record, attached=False, why_new=task.why_new))
+    return outcomes
+
+
+def _append(records: ledger.ItemLedger, record: ledger.Record) -> None:
     try:
         records.append(record)
     except OSError as exc:
         # The intent written before sbatch is still on disk: the next run finds this job by it.
         raise NotRecorded(
-            f"{plan.item}: Slurm accepted job {accepted.job_id}, but its ledger entry could not be written: {exc.strerror or exc}",
-            hints=[f"free space or fix {records.path.parent}, then run again: it finds job {accepted.job_id} and follows it"],
+            f"{record.item}: Slurm accepted job {record.job_id}, but its ledger entry could not be written: {exc.strerror or exc}",
+            hints=[f"free space or fix {records.path.parent}, then run again: it finds job {record.job_id} and follows it"],
         ) from exc
-    return Outcome(record, attached=False, why_new=why_new)
 
 
 def _record(sub: Submission, backend: backends.Backend, fp: str, job_id: str, log: str, at: float, prov: dict, **more) -> ledger.Record:
@@ -131,15 +204,23 @@ def recover(records: ledger.ItemLedger, sub: Submission, backend: backends.Backe
     recovery = records.recovery
     if recovery is None or recovery.checked or backend.name != "slurm":
         return None
-    since = ledger.Intent("", sub.plan.job_name, sub.plan.workspace, recovery.mtime)
-    job_id = backend.find(since)
+    # Its own job, or a task of the newest array it was put in (their manifests stay).
+    looks = [ledger.Intent("", sub.plan.job_name, sub.plan.workspace, recovery.mtime)]
+    looks += [
+        ledger.Intent("", p.name, p.workdir, min(p.written_at, recovery.mtime), array_index=p.index, log=p.log)
+        for p in reversed(arrays.placements(sub.ws.root, sub.plan.item))
+    ]
+    found = [(look, job) for look in looks if (job := backend.find(look)) is not None]
+    job_id, log = None, None
+    if found:
+        look, job = max(found, key=lambda f: int(f[1]))
+        job_id, log = _job_of(look, job, sub.plan)
     info = backend.query([job_id]).get(job_id) if job_id else None
     outcome = None
     if job_id is not None:
         state = info.state if info else State.PENDING
         follow = state.active or (attach_only and state == State.COMPLETED and not sub.missing())
         prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text) if follow else {}
-        log = sub.plan.log.replace("%j", job_id)
         fp = sub.fingerprint if follow else ""  # a finished job's script and inputs are unknown: never attached to later
         record = _record(sub, backend, fp, job_id, log, recovery.mtime, prov, state=state, adopted=True)
         records.append(record)
@@ -155,19 +236,27 @@ def adopt(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend
     intent = records.intent
     if intent is None:
         return None
-    job_id = backend.find(intent)
-    if job_id is None:
+    found = backend.find(intent)
+    if found is None:
         records.forget_intent()  # the earlier process died before Slurm took the job
         return None
+    job_id, log = _job_of(intent, found, sub.plan)
     info = backend.query([job_id]).get(job_id)
     prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text) if intent.fingerprint == fp else {}
-    log = sub.plan.log.replace("%j", job_id)  # as the sbatch backend names it (only Slurm jobs are adopted)
     state = info.state if info else State.PENDING
     record = _record(sub, backend, intent.fingerprint, job_id, log, intent.written_at, prov, state=state, adopted=True)
     records.append(record)
     if intent.fingerprint != fp:
         return None
     return _follow(record, info, sub)
+
+
+def _job_of(intent: ledger.Intent, found: str, plan: Plan) -> tuple[str, str]:
+    """The item's job id and log, given the job ``find`` found for ``intent``: the job
+    itself, or the item's task of the array found (only Slurm jobs are adopted)."""
+    if intent.array_index is None:
+        return found, plan.log.replace("%j", found)
+    return f"{found}_{intent.array_index}", arrays.task_log(intent.log or "", found, intent.array_index)
 
 
 def remove_stale(root: Path, outs: tuple[str, ...]) -> None:

@@ -14,7 +14,9 @@ from orchestrator.slurm.states import JobInfo, node_failed, state_of
 
 # --- argv ----------------------------------------------------------------------
 
-SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "ElapsedRaw", "NNodes", "NodeList", "Reason")
+# JobID, not JobIDRaw: an array task is ``<array>_<index>`` (its raw id is another
+# number), and the tasks an array has not started yet are one line, ``<array>_[5-99%10]``.
+SACCT_FIELDS = ("JobID", "State", "ExitCode", "ElapsedRaw", "NNodes", "NodeList", "Reason")
 SQUEUE_FORMAT = "%i|%T|%M|%D|%N|%r"
 
 
@@ -32,14 +34,27 @@ def sbatch_argv(script: str, workdir: str, after: Iterable[str] = (), exclude: I
     return [*argv, script]
 
 
+def array_of(job_id: str) -> str:
+    """The job a task id belongs to: ``123_4`` -> ``123``; a plain job id is its own."""
+    return job_id.split("_", 1)[0]
+
+
+def asked(job_ids: Iterable[str]) -> list[str]:
+    """The ids to give sacct/squeue for ``job_ids``: an array's tasks are asked for by the
+    array's id, once (sacct knows nothing of ``123_4`` until that task starts; asked for
+    ``123`` it lists every task, the unstarted ones as one range)."""
+    return list(dict.fromkeys(array_of(j) for j in job_ids))
+
+
 def sacct_argv(job_ids: Iterable[str]) -> list[str]:
     # -X: the allocation only, not every step; -P: '|'-separated, no padding;
     # -D: every run of a requeued job, oldest first (so we can count requeues).
-    return ["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(job_ids), f"--format={','.join(SACCT_FIELDS)}"]
+    return ["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(asked(job_ids)), f"--format={','.join(SACCT_FIELDS)}"]
 
 
 def squeue_argv(job_ids: Iterable[str]) -> list[str]:
-    return ["squeue", "-h", "-j", ",".join(job_ids), "-o", SQUEUE_FORMAT]
+    # -r: an array's pending tasks one per line (``123_7``), not as one range.
+    return ["squeue", "-h", "-r", "-j", ",".join(asked(job_ids)), "-o", SQUEUE_FORMAT]
 
 
 def squeue_named_argv(user: str, job_name: str) -> list[str]:
@@ -48,17 +63,32 @@ def squeue_named_argv(user: str, job_name: str) -> list[str]:
 
 def sacct_named_argv(user: str, job_name: str, since: str) -> list[str]:
     """Jobs of ``user`` called ``job_name`` submitted since ``since`` (sacct's local time)."""
-    return ["sacct", "-X", "-n", "-P", "-u", user, f"--name={job_name}", "-S", since, "--format=JobIDRaw,WorkDir"]
+    return ["sacct", "-X", "-n", "-P", "-u", user, f"--name={job_name}", "-S", since, "--format=JobID,WorkDir"]
 
 
 def parse_named(text: str) -> list[tuple[str, str]]:
-    """(job id, working dir) pairs from :func:`squeue_named_argv` or :func:`sacct_named_argv`."""
+    """(job id, working dir) pairs from :func:`squeue_named_argv` or :func:`sacct_named_argv`;
+    an array's lines (``123_4``, ``123_[5-9]``) name the array, ``123``."""
     found = []
     for line in text.splitlines():
         job_id, sep, workdir = line.strip().partition("|")
-        if sep and job_id.isdigit():
+        job_id = array_of(job_id)
+        if sep and job_id.isdigit() and (job_id, workdir) not in found:
             found.append((job_id, workdir))
     return found
+
+
+def expand_tasks(job_id: str) -> list[str]:
+    """``123_[1-3,7%2]`` -> ``['123_1', '123_2', '123_3', '123_7']``; any other id as it is."""
+    m = re.fullmatch(r"(\d+)_\[([0-9,\-]+)(?:%\d+)?\]", job_id)
+    if not m:
+        return [job_id]
+    ids = []
+    for part in m.group(2).split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            ids += [f"{m.group(1)}_{i}" for i in range(int(first), int(last or first) + 1)]
+    return ids
 
 
 def exclude_argv(job_id: str, nodes: Iterable[str]) -> list[str]:
@@ -108,11 +138,16 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
     jobs: dict[str, JobInfo] = {}
     runs: dict[str, int] = {}
     failed_on: dict[str, tuple[str, ...]] = {}
+    unstarted: dict[str, JobInfo] = {}  # an array's tasks listed as one range
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) != len(SACCT_FIELDS):
             continue
         job_id, state, exit_code, elapsed, nnodes, nodelist, reason = parts
+        if "[" in job_id:
+            for task in expand_tasks(job_id):
+                unstarted[task] = JobInfo(task, state_of(state), state, reason=None if reason in ("", "None") else reason)
+            continue
         earlier = jobs.get(job_id)
         if earlier is not None and node_failed(earlier.slurm_state) and earlier.nodelist:
             failed_on[job_id] = (*failed_on.get(job_id, ()), earlier.nodelist)
@@ -132,7 +167,8 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
             requeues=runs[job_id] - 1,
             node_failures=failed_on.get(job_id, ()),
         )
-    return jobs
+    # A task that started is listed on its own line; the range may still name it a while.
+    return {**unstarted, **jobs}
 
 
 def parse_squeue(text: str) -> dict[str, JobInfo]:

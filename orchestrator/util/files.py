@@ -76,3 +76,14 @@ def locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def raise_open_files_limit(wanted: int) -> None:
+    """Let this process hold ``wanted`` files open, as far as the hard limit allows
+    (holding one lock per item of a big sweep passes the usual soft limit of 1,024)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

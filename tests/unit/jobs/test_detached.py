@@ -31,7 +31,8 @@ STAGES = {
         "deps": ["train.py", "data"],
         "outs": [{"model": {"persist": True}}],
     },
-    "solo": {"cmd": "orchestrator run -- python solo.py", "deps": ["solo.py"], "outs": [{"solo": {"persist": True}}]},
+    # Another shape than prep (its own time limit): each is a job of its own, not tasks of one array.
+    "solo": {"cmd": "orchestrator run --time 00:20:00 -- python solo.py", "deps": ["solo.py"], "outs": [{"solo": {"persist": True}}]},
 }
 
 
@@ -56,7 +57,7 @@ def test_items_are_queued_upstream_first_and_wait_for_their_upstream_jobs(root):
     slurm = FakeSlurm()
     rows, lines = submit(root, slurm)
     calls = slurm.sbatch_calls()
-    assert list(calls) == ["prep", "train", "solo", "record"]
+    assert list(calls) == ["prep", "solo", "train", "record"]  # level by level: train waits for prep
     by_item = {r.item: r for r in rows}
     prep, train = by_item["prep"].job_id, by_item["train"].job_id
     assert "--dependency=afterok:" + prep in calls["train"] and "--kill-on-invalid-dep=yes" in calls["train"]
@@ -119,7 +120,8 @@ def test_a_finished_upstream_job_is_not_waited_for(root):
     assert not any(a.startswith("--dependency") for a in slurm.sbatch_calls()["train"])
     # solo did not change, and its job is done: `dvc repro` records it without a new job
     assert by_item["solo"].attached
-    assert [r.job_id for r in ledger.Ledger(root).records("train")] == [first[1].job_id, by_item["train"].job_id]
+    first_train = next(r.job_id for r in first if r.item == "train")
+    assert [r.job_id for r in ledger.Ledger(root).records("train")] == [first_train, by_item["train"].job_id]
 
 
 def finish_all(root: Path, slurm: FakeSlurm) -> None:
@@ -137,21 +139,23 @@ def test_a_finished_job_whose_output_was_deleted_is_submitted_again(root):
     (root / "solo").unlink()  # a scratch purge, a user removing a bad result
     again, lines = submit(root, slurm, targets=["solo"])
     (solo,) = [r for r in again if r.item == "solo"]
-    assert not solo.attached and solo.job_id != first[2].job_id
-    assert any(f"job {first[2].job_id} succeeded, but its output solo is gone" in line for line in lines)
+    (old,) = [r.job_id for r in first if r.item == "solo"]
+    assert not solo.attached and solo.job_id != old
+    assert any(f"job {old} succeeded, but its output solo is gone" in line for line in lines)
     # the old job stays in the item's history
-    assert [r.job_id for r in ledger.Ledger(root).records("solo")] == [first[2].job_id, solo.job_id]
+    assert [r.job_id for r in ledger.Ledger(root).records("solo")] == [old, solo.job_id]
 
 
 def test_force_submits_a_new_job_of_an_item_whose_job_succeeded(root, monkeypatch):
     slurm = FakeSlurm()
     first, _ = submit(root, slurm)
     finish_all(root, slurm)
+    (old,) = [r.job_id for r in first if r.item == "solo"]
     rows = detached.submit(root, None, slurm.runner, ["solo"], say=lambda _: None, now=lambda: 3000.0)
-    assert rows[0].attached and rows[0].job_id == first[2].job_id  # its output is there: the job is its result
+    assert rows[0].attached and rows[0].job_id == old  # its output is there: the job is its result
     rows = detached.submit(root, None, slurm.runner, ["solo"], say=lambda _: None, now=lambda: 3000.0, force=True)
     solo = rows[0]
-    assert solo.item == "solo" and not solo.attached and solo.job_id != first[2].job_id
+    assert solo.item == "solo" and not solo.attached and solo.job_id != old
     monkeypatch.setenv("ORCH_FORCE", "1")  # the same, by the environment
     (again,) = [r for r in detached.submit(root, None, slurm.runner, ["solo"], say=lambda _: None) if r.item == "solo"]
     assert again.attached and again.job_id == solo.job_id  # forced, but its new job is still queued: never a duplicate
@@ -216,7 +220,7 @@ def test_submit_from_another_folder_submits_the_projects_items(root, monkeypatch
     monkeypatch.chdir(root.parent)  # `orchestrator submit --project p` from outside it
     slurm = FakeSlurm()
     rows, lines = submit(root, slurm)
-    assert [r.item for r in rows] == ["prep", "train", "solo", "orchestrator:record"]
+    assert [r.item for r in rows] == ["prep", "solo", "train", "orchestrator:record"]  # dvc.yaml's order
 
 
 def test_a_stale_plain_stage_whose_output_is_missing_is_named_not_a_traceback(tmp_path, monkeypatch):

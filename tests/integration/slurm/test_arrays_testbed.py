@@ -1,0 +1,147 @@
+"""Job arrays on the real testbed: a sweep submitted as one `sbatch --array`, its tasks run by
+Slurm, followed per item (status, logs, cancel), recorded in DVC; and a submission killed
+at random points, then run again, running every item exactly once."""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from support import ACCOUNT, ROOT, dvc, jobs_of, make_project, run_orchestrator
+
+pytestmark = pytest.mark.slurm
+
+# Each item appends its name to runs.log (one short O_APPEND write: lines never mix), then
+# writes its output: runs.log counts how often each item ran.
+WORK = """\
+import os, sys
+item = sys.argv[1]
+with open("runs.log", "a") as f:
+    f.write(item + "\\n")
+os.makedirs("out", exist_ok=True)
+open(f"out/{item}", "w").write("done")
+"""
+
+
+def shared_profile(where: Path, service_partition: str | None = "debug") -> Path:
+    """The testbed profile with shared nodes (4 one-GPU tasks per node at once)."""
+    data = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
+    data["name"] = "testbed-shared"
+    data["scheduler"]["partitions"]["debug"]["whole_node"] = False
+    data["scheduler"]["service_partition"] = service_partition
+    path = where / "testbed-shared.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def sweep(where: Path, count: int, profile: Path, **settings) -> Path:
+    stages = {
+        "work": {
+            "matrix": {"i": list(range(count))},
+            "cmd": "orchestrator run --nodes 1 --gpus-per-node 1 -- python3 work.py ${item.i}",
+            "deps": ["work.py"],
+            "outs": [{"out/${item.i}": {"persist": True}}],
+        }
+    }
+    params = {"orchestrator": {"cluster": str(profile), "account": ACCOUNT, **settings}}
+    project = make_project(where, dvc_yaml=yaml.safe_dump({"stages": stages}), params_yaml=yaml.safe_dump(params))
+    (project / "work.py").write_text(WORK)
+    return project
+
+
+def wait_ended(project: Path, since: float, count: int, timeout: float = 400) -> list[list[str]]:
+    deadline = time.time() + timeout
+    while True:
+        jobs = jobs_of(ACCOUNT, since, project)
+        ended = [j for j in jobs if j[2] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")]
+        if (len(ended) >= count and len(ended) == len(jobs)) or time.time() > deadline:
+            return jobs
+        time.sleep(2)
+
+
+def sbatch_count(project: Path) -> int:
+    """How many submissions `orchestrator submit` made: one ledger line per array or job."""
+    ids = set()
+    for path in (project / ".orchestrator/ledger").glob("*.json"):
+        ids |= {r["job_id"].split("_")[0] for r in yaml.safe_load(path.read_text()).get("records", [])}
+    return len(ids)
+
+
+def test_a_sweep_is_one_array_recorded_in_dvc(slurm_testbed, tmp_path):
+    project = sweep(tmp_path / "p", 12, shared_profile(tmp_path), array_parallel=6)
+    since = time.time()
+    done = run_orchestrator("submit", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert sbatch_count(project) == 2, done.stderr  # the array and the recording job
+    assert "array " in done.stderr and ": 12 items (work@0 ... work@11)" in done.stderr
+    wait_ended(project, since, 13)  # 12 tasks and the recording job
+    runs = collections.Counter((project / "runs.log").read_text().split())
+    assert runs == {str(i): 1 for i in range(12)}
+    assert dvc(project, "status").stdout.strip() == "Data and pipelines are up to date."
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    assert sorted(lock["stages"]) == sorted(f"work@{i}" for i in range(12))
+    # status: one query, every task completed, the array summarised
+    shown = run_orchestrator("status", cwd=project)
+    assert shown.returncode == 0, shown.stderr
+    assert "12 tasks (work@0 ... work@9): 12 completed" in shown.stdout, shown.stdout
+    # logs of one item: its task's log
+    logs = run_orchestrator("logs", "work@3", cwd=project)
+    assert logs.returncode == 0, logs.stderr
+    # a second submit finds everything done: nothing new
+    again = run_orchestrator("submit", cwd=project)
+    assert again.returncode == 0 and sbatch_count(project) == 2, again.stderr
+
+
+def test_cancelling_one_item_cancels_its_task_only(slurm_testbed, tmp_path):
+    project = sweep(tmp_path / "p", 4, shared_profile(tmp_path, service_partition=None), array_parallel=1)
+    (project / "work.py").write_text("import time\ntime.sleep(30)\n" + WORK)
+    since = time.time()
+    assert run_orchestrator("submit", cwd=project).returncode == 0
+    cancelled = run_orchestrator("cancel", "work@3", cwd=project)  # pending behind the throttle
+    assert cancelled.returncode == 0 and "cancelled 1 job(s)" in cancelled.stdout, cancelled.stdout + cancelled.stderr
+    assert run_orchestrator("cancel", cwd=project).returncode == 0
+    jobs = wait_ended(project, since, 4, timeout=120)
+    states = [j[2].split()[0] for j in jobs]
+    assert states.count("CANCELLED") >= 3 and "COMPLETED" not in states, jobs
+
+
+def test_submit_killed_at_ten_random_points_runs_every_item_once(slurm_testbed, tmp_path):
+    count = 200
+    project = sweep(tmp_path / "p", count, shared_profile(tmp_path, service_partition=None))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "orchestrator", "submit"]
+    # The kills fall in the seconds after Python has started: while DVC is read, the intents
+    # written, sbatch run, the ledger written (a whole submission of 200 items takes a few).
+    t0 = time.monotonic()
+    subprocess.run([*argv, "--help"], cwd=project, env=env, capture_output=True, check=True)
+    started = time.monotonic() - t0
+    rng = random.Random(13)
+    since = time.time()
+    kills = []
+    for _ in range(10):
+        proc = subprocess.Popen(argv, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        delay = started + rng.uniform(0.0, 5.0)
+        try:
+            proc.wait(timeout=delay)
+            kills.append(("finished", delay))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills.append(("killed", delay))
+    final = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr
+    jobs = wait_ended(project, since, count)
+    runs = collections.Counter((project / "runs.log").read_text().split())
+    assert runs == {str(i): 1 for i in range(count)}, (kills, {k: v for k, v in runs.items() if v != 1})
+    assert len(jobs) == count, (kills, len(jobs))  # sacct: as many tasks as items, not one more
+    assert all(j[2] == "COMPLETED" for j in jobs), jobs
+    assert all((project / f"out/{i}").exists() for i in range(count))
+    assert sum(1 for k, _ in kills if k == "killed") >= 5, kills  # most runs were really cut short
