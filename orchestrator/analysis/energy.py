@@ -38,13 +38,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from orchestrator.slurm import commands
 from orchestrator.slurm import config as slurm_config
 from orchestrator.util.runner import Runner
 
 JOULES_PER_KWH = 3.6e6
 Source = Literal["accounting", "sampled", "estimate"]
 
-SACCT_ENERGY_FIELDS = ("JobIDRaw", "State", "ElapsedRaw", "ConsumedEnergyRaw")
+# JobID: an array task is listed as <array>_<index>, as the ledger names it (see slurm.commands).
+SACCT_ENERGY_FIELDS = ("JobID", "State", "ElapsedRaw", "ConsumedEnergyRaw")
 # What an acct_gather_energy plugin measures (the part after "acct_gather_energy/").
 PLUGIN_SCOPES: Mapping[str, str] = {
     "gpu": "gpu",
@@ -85,7 +87,7 @@ class Accounting:
 def sacct_energy_argv(job_ids: Iterable[str]) -> list[str]:
     # -X: the allocation's line (its ConsumedEnergyRaw is the job's energy TRES, all nodes);
     # -D: every run of a requeued job, each with its own energy and elapsed time.
-    return ["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(job_ids), f"--format={','.join(SACCT_ENERGY_FIELDS)}"]
+    return ["sacct", "-X", "-D", "-n", "-P", "-j", ",".join(commands.asked(job_ids)), f"--format={','.join(SACCT_ENERGY_FIELDS)}"]
 
 
 def parse_sacct_energy(text: str) -> dict[str, tuple[JobRun, ...]]:
@@ -96,6 +98,8 @@ def parse_sacct_energy(text: str) -> dict[str, tuple[JobRun, ...]]:
         if len(parts) != len(SACCT_ENERGY_FIELDS):
             continue
         job_id, state, elapsed, energy = (p.strip() for p in parts)
+        if "[" in job_id:
+            continue  # an array's tasks that have not started: no run, no energy
         jobs.setdefault(job_id, []).append(
             JobRun(state=state, elapsed_s=int(elapsed) if elapsed.isdigit() else None, energy_j=int(energy) if energy.isdigit() else None)
         )

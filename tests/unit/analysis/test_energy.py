@@ -9,7 +9,7 @@ from fakes import FakeRunner, ok
 
 from orchestrator.analysis import energy
 
-# `sacct -X -D -n -P --format=JobIDRaw,State,ElapsedRaw,ConsumedEnergyRaw` on the testbed
+# `sacct -X -D -n -P --format=JobID,State,ElapsedRaw,ConsumedEnergyRaw` on the testbed (JobID is JobIDRaw for a plain job)
 # (AcctGatherEnergyType=acct_gather_energy/none): 0 or nothing, never a measurement.
 TESTBED_SACCT = "244|COMPLETED|3|0\n245|COMPLETED|2|0\n246|REQUEUED|31|\n246|COMPLETED|12|\n"
 # The same query where a plugin gathers energy (values as pm_counters gives them, in J).
@@ -60,7 +60,7 @@ def test_query_asks_scontrol_and_sacct_once_each():
     acct = energy.query_accounting(runner, ["900", "901"])
     assert runner.calls == [
         ["scontrol", "show", "config"],
-        ["sacct", "-X", "-D", "-n", "-P", "-j", "900,901", "--format=JobIDRaw,State,ElapsedRaw,ConsumedEnergyRaw"],
+        ["sacct", "-X", "-D", "-n", "-P", "-j", "900,901", "--format=JobID,State,ElapsedRaw,ConsumedEnergyRaw"],
     ]
     assert acct.problem is None and acct.cluster_name == "lumi" and acct.records_energy and set(acct.jobs) == {"900", "901"}
 
