@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
 from orchestrator.jobs import arrays, backends, ledger, submission
-from orchestrator.pipeline import fingerprint, invocation
+from orchestrator.pipeline import fingerprint, invocation, stages
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.quoting import join as shell_join
@@ -87,7 +87,7 @@ def submit(
             for name in order:
                 outs[name], deps[name] = _files(repo, root, name)
     except DvcException as exc:
-        raise PipelineError("DVC cannot work out what is stale", [str(exc)]) from exc
+        raise PipelineError("DVC cannot work out what is stale", stages.dvc_problems(exc)) from exc
     plans = {name: ws.plan(ws.jobs[name]) for name in order}
     problems = [f"{n}: {p}" for n, plan in plans.items() for p in plan.problems]
     if problems:

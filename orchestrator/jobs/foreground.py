@@ -245,7 +245,7 @@ def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, .
 
             return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
     except DvcException as exc:
-        raise PipelineError(f"DVC cannot read stage {ctx.item!r}", [str(exc)]) from exc
+        raise PipelineError(f"DVC cannot read stage {ctx.item!r}", stages.dvc_problems(exc)) from exc
 
 
 def wait(

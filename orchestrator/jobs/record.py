@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestrator.errors import OrchestratorError, PipelineError
 from orchestrator.jobs import backends, ledger
-from orchestrator.pipeline import fingerprint
+from orchestrator.pipeline import fingerprint, stages
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import State
 from orchestrator.util.runner import Runner
@@ -84,17 +84,17 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                 stage.commit()
                 to_dump.setdefault(stage.dvcfile, []).append(stage)
                 found.recorded.append(name)
-            for dvcfile, stages in to_dump.items():
-                dvcfile.dump_stages(stages, update_pipeline=False)  # one write of dvc.lock for all of them
+            for dvcfile, changed in to_dump.items():
+                dvcfile.dump_stages(changed, update_pipeline=False)  # one write of dvc.lock for all of them
     except DvcException as exc:
-        raise PipelineError("DVC cannot record the finished items", [str(exc)]) from exc
+        raise PipelineError("DVC cannot record the finished items", stages.dvc_problems(exc)) from exc
     return found
 
 
 def _chosen(repo, ws: Workspace, targets: Sequence[str]) -> list:
     """The orchestrated stages among ``targets`` (all of them without targets)."""
     if targets:
-        stages = [s for t in targets for s in repo.stage.collect(t, glob="*" in t)]
+        found = [s for t in targets for s in repo.stage.collect(t, glob="*" in t)]
     else:
-        stages = list(repo.index.stages)
-    return [s for s in dict.fromkeys(stages) if s.addressing in ws.jobs]
+        found = list(repo.index.stages)
+    return [s for s in dict.fromkeys(found) if s.addressing in ws.jobs]

@@ -80,7 +80,7 @@ def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
     try:
         return [_item(name, data) for name, data in _resolve_with_dvc(root, overlay or {})]
     except DvcException as exc:
-        raise PipelineError(f"DVC cannot resolve {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
+        raise PipelineError(f"DVC cannot resolve {root / PIPELINE_FILE}", dvc_problems(exc)) from exc
 
 
 def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None) -> Item:
@@ -90,7 +90,7 @@ def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None)
     try:
         ((_, data),) = _resolve_with_dvc(root, overlay or {}, name)
     except DvcException as exc:
-        raise PipelineError(f"DVC cannot resolve stage {name!r} of {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
+        raise PipelineError(f"DVC cannot resolve stage {name!r} of {root / PIPELINE_FILE}", dvc_problems(exc)) from exc
     return _item(name, data)
 
 
@@ -101,7 +101,7 @@ def resolve_group(root: Path, group: str, overlay: Mapping[str, Any] | None = No
     try:
         return [_item(name, data) for name, data in _resolve_with_dvc(root, overlay or {}, group=group)]
     except DvcException as exc:
-        raise PipelineError(f"DVC cannot resolve stage {group!r} of {root / PIPELINE_FILE}", _dvc_problems(exc)) from exc
+        raise PipelineError(f"DVC cannot resolve stage {group!r} of {root / PIPELINE_FILE}", dvc_problems(exc)) from exc
 
 
 def _resolve_with_dvc(
@@ -138,12 +138,17 @@ def _resolve_with_dvc(
             getattr(resolver, "tracked_vars", {}).clear()
 
 
-def _dvc_problems(exc: Exception) -> list[str]:
-    """DVC's own words; schema errors carry one entry per bad key in their cause."""
-    errors = getattr(exc.__cause__, "errors", None)
-    if not errors:
-        return [str(exc)]
-    return [f"{'.'.join(map(str, e.path))}: {e.msg}" for e in errors]
+def dvc_problems(exc: Exception) -> list[str]:
+    """DVC's own words; schema errors carry one entry per bad key in their cause, and
+    YAML syntax errors the parser's problem and where it is (DVC says only "corrupted")."""
+    cause = exc.__cause__
+    errors = getattr(cause, "errors", None)
+    if errors:
+        return [f"{'.'.join(map(str, e.path))}: {e.msg}" for e in errors]
+    mark, problem = getattr(cause, "problem_mark", None), getattr(cause, "problem", None)
+    if mark is not None and problem:
+        return [f"{exc}: {problem} at line {mark.line + 1}, column {mark.column + 1}"]
+    return [str(exc)]
 
 
 def _item(name: str, data: Mapping[str, Any]) -> Item:

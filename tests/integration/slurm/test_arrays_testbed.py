@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, ROOT, dvc, jobs_of, make_project, run_orchestrator
+from support import ACCOUNT, ROOT, dvc, jobs_of, make_project, release_requeued, run_orchestrator
 
 pytestmark = pytest.mark.slurm
 
@@ -151,3 +151,79 @@ def test_submit_killed_at_ten_random_points_runs_every_item_once(slurm_testbed, 
     assert all(j[2] == "COMPLETED" for j in jobs), jobs
     assert all((project / f"out/{i}").exists() for i in range(count))
     assert sum(1 for k, _ in kills if k == "killed") >= 5, kills  # most runs were really cut short
+
+
+def _task_runs(task: str) -> list[list[str]]:
+    """sacct's runs of one array task, oldest first: (state, node list)."""
+    out = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-j", task, "--format=JobID,State,NodeList"], capture_output=True, text=True)
+    return [line.split("|")[1:] for line in out.stdout.splitlines() if line.startswith(task + "|")]
+
+
+def test_a_task_that_checkpoints_on_the_requeue_signal_is_requeued_and_completes(slurm_testbed, tmp_path):
+    """The requeue protocol per task: the item's first run exits 75 (checkpointed on the
+    requeue signal); the batch script requeues its task (`scontrol requeue $SLURM_JOB_ID`
+    is the task's own id), the task runs again and completes; the other task is untouched."""
+    project = sweep(tmp_path / "p", 2, shared_profile(tmp_path, service_partition=None))
+    marker = tmp_path / "checkpointed"
+    (project / "work.py").write_text(
+        f"import os, sys\nif sys.argv[1] == '0' and not os.path.exists({str(marker)!r}):\n"
+        f"    open({str(marker)!r}, 'w').write('x')\n    sys.exit(75)\n" + (project / "work.py").read_text()
+    )
+    assert run_orchestrator("submit", cwd=project).returncode == 0
+    task = json.loads((project / ".orchestrator/ledger/work@0.json").read_text())["records"][0]["job_id"]
+    deadline = time.time() + 120
+    while (
+        not marker.exists()
+        or subprocess.run(["scontrol", "show", "job", task], capture_output=True, text=True).stdout.count("JobState=PENDING") == 0
+    ):
+        assert time.time() < deadline, _task_runs(task)
+        time.sleep(1)
+    release_requeued(task)
+    deadline = time.time() + 120
+    while [r[0] for r in _task_runs(task)][-1:] != ["COMPLETED"]:
+        assert time.time() < deadline, _task_runs(task)
+        time.sleep(2)
+    assert [r[0] for r in _task_runs(task)] == ["REQUEUED", "COMPLETED"], _task_runs(task)
+    repro = dvc(project, "repro")  # attaches to both tasks: nothing submitted again
+    assert repro.returncode == 0, repro.stdout + repro.stderr
+    assert collections.Counter((project / "runs.log").read_text().split()) == {"0": 1, "1": 1}
+    (rec,) = [r for r in json.loads((project / ".orchestrator/ledger/work@0.json").read_text())["records"]]
+    assert rec["job_id"] == task and rec["requeues"] == 1
+
+
+def test_a_task_whose_node_fails_runs_again_without_that_node(slurm_testbed, tmp_path):
+    """The node under a running task is set DOWN: the task ends NODE_FAIL, Slurm requeues
+    it, `dvc repro` (attached to the task) keeps it off the failed node and records the
+    fault; it completes on the other node; the other task completes once."""
+    import re
+
+    project = sweep(tmp_path / "p", 2, shared_profile(tmp_path, service_partition=None))
+    (project / "work.py").write_text("import time\ntime.sleep(20)\n" + (project / "work.py").read_text())
+    assert run_orchestrator("submit", cwd=project).returncode == 0
+    log = tmp_path / "repro.err"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            ["dvc", "repro"], cwd=project, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "ORCH_POLL_MAX_S": "1"}
+        )
+    deadline = time.time() + 120
+    while not (m := re.search(r"work@0: job (\d+_0) running on (node\d)", log.read_text())):
+        assert proc.poll() is None and time.time() < deadline, log.read_text()
+        time.sleep(0.3)
+    task, node = m.groups()
+    try:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], check=True)
+        deadline = time.time() + 120
+        while "lost a node" not in log.read_text():
+            assert proc.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "update", f"jobid={task}", "StartTime=now"], check=False)
+        assert proc.wait(timeout=300) == 0, log.read_text()
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False, capture_output=True)
+        if proc.poll() is None:
+            proc.kill()
+    runs = _task_runs(task)
+    assert [r[0] for r in runs] == ["NODE_FAIL", "COMPLETED"] and runs[0][1] == node and runs[1][1] != node, runs
+    rec = json.loads((project / ".orchestrator/ledger/work@0.json").read_text())["records"][-1]
+    assert rec["job_id"] == task and rec["fault_nodes"] == [node] and node in rec["excluded"]
+    assert collections.Counter((project / "runs.log").read_text().split()) == {"0": 1, "1": 1}

@@ -273,3 +273,23 @@ def test_grouping_is_by_shape_and_cut_by_size():
     assert [[m.plan.item for m in a.members] for a in found] == [["a@0", "a@1"], ["a@2", "a@3"]]
     assert [m.plan.item for m in alone] == ["a@4", "b"]
     assert found[0].directives == ("--time=1:00",) and found[0].name != found[1].name
+
+
+@pytest.mark.parametrize(
+    ("matrix", "said"),
+    [
+        ("      i: [1, 2\n", "expected ',' or ']', but got ':' at line 5, column 8"),  # YAML cut short: where, not just "corrupted"
+        ("      i: 3\n", "stages.work.matrix.i: expected str"),  # not a list of values
+    ],
+)
+def test_a_malformed_sweep_is_one_clear_error_and_nothing_is_submitted(tmp_path, monkeypatch, matrix, said):
+    from orchestrator.errors import PipelineError
+
+    root = sweep(tmp_path, 2)
+    (root / "dvc.yaml").write_text("stages:\n  work:\n    matrix:\n" + matrix + "    cmd: orchestrator run -- true\n")
+    monkeypatch.chdir(root)
+    slurm = FakeSlurm()
+    with pytest.raises(PipelineError) as caught:
+        submit(root, slurm)
+    assert said in caught.value.render()
+    assert slurm.runner.called("sbatch") == [] and not (root / arrays.ARRAYS_DIR).exists()
