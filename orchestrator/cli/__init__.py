@@ -88,7 +88,7 @@ def _register() -> None:
 
     main.add_command(clusters.clusters)
     main.add_command(render.render)
-    for command in (jobs.run, jobs.submit, jobs.record, jobs.status, jobs.logs, jobs.show, jobs.cancel):
+    for command in (jobs.run, jobs.submit, jobs.sweep, jobs.record, jobs.status, jobs.logs, jobs.show, jobs.cancel):
         main.add_command(command)
 
 

@@ -66,6 +66,45 @@ def submit(targets: tuple[str, ...], cluster: str | None, project: Path, force: 
 
 @click.command()
 @click.argument("targets", nargs=-1)
+@click.option("--set-param", "-S", "sets", multiple=True, help="A param and its values, in DVC's sweep syntax (`dvc exp run -S`).")
+@click.option("--name", "-n", default=None, help="The sweep's name; its experiments are NAME-0, NAME-1, ... (default: from HEAD and -S).")
+@click.option("--record", "record_name", default=None, metavar="NAME", help="Record sweep NAME's finished points as DVC experiments.")
+@cluster_option()
+@project_option
+def sweep(
+    targets: tuple[str, ...], sets: tuple[str, ...], name: str | None, record_name: str | None, cluster: str | None, project: Path
+) -> None:
+    """Submit a grid search at once and return; its points become DVC experiments.
+
+    Each point of `-S 'lr=0.1,0.2' -S 'seed=range(0,3)'` (DVC's syntax and parser) is a
+    copy of the project at HEAD with those params, and every point's stale items are
+    submitted together. When the jobs end, the sweep's recording job (or `orchestrator
+    sweep --record NAME` by hand) records each point whose items all succeeded and saves
+    it with `dvc exp save`: `dvc exp show` lists it. Run the same command again to
+    submit the points that failed; saved points are not submitted again.
+    """
+    from orchestrator.jobs import sweep as sw
+    from orchestrator.util.runner import SubprocessRunner
+
+    say = lambda line: click.echo(f"orchestrator: {line}", err=True)  # noqa: E731
+    if record_name is not None:
+        found = sw.record_points(project, cluster, SubprocessRunner(), record_name, say=say)
+        rows = [(n, "saved") for n in found.saved] + [(n, f"not finished: {w}") for n, w in found.unfinished]
+        rows += [(n, f"failed: {w}") for n, w in found.failed]
+        table(("experiment", "result"), rows)
+        click.echo(f"{len(found.saved)} saved, {len(found.unfinished)} not finished, {len(found.failed)} failed")
+        if found.failed:
+            sys.exit(1)
+        return
+    made, jobs, recorder = sw.submit(project, cluster, SubprocessRunner(), sets, targets, name, say=say)
+    rows = [(p.name, " ".join(o for os_ in p.overrides.values() for o in os_), "saved" if p.saved else str(len(jobs.get(p.name, []))))
+            for p in made.points]  # fmt: skip
+    table(("experiment", "params", "items"), rows)
+    click.echo(f"sweep {made.name}: {len(made.points)} points" + (f"; recording job {recorder.job_id}" if recorder else ""))
+
+
+@click.command()
+@click.argument("targets", nargs=-1)
 @cluster_option()
 @project_option
 def record(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:

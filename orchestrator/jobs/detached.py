@@ -56,9 +56,11 @@ def submit(
     say: Callable[[str], None] = print,
     now: Callable[[], float] | None = None,
     force: bool = False,
+    recording: bool = True,
 ) -> list[ItemJob]:
     """Submit the stale items of ``targets`` (all when ``force``, even those whose jobs
-    succeeded: see :mod:`orchestrator.pipeline.invocation`)."""
+    succeeded: see :mod:`orchestrator.pipeline.invocation`); then, with ``recording``,
+    the job that records them (a sweep submits one for all its points itself)."""
     import time
 
     from dvc.exceptions import DvcException
@@ -116,7 +118,17 @@ def submit(
     active = list(
         dict.fromkeys(commands.array_of(done[n].job_id) for n in order if done[n].state.active)
     )  # an array's id waits for all its tasks
-    recorder = _submit_recorder(ws, backend, targets, active, now, say)
+    if not recording:
+        return [done[name] for name in order]
+    record = RecordingJob(
+        RECORD_ITEM,
+        ["orchestrator", "record", *targets],
+        ["dvc", "repro", "--keep-going", *targets],
+        tuple(targets),
+        manual=("dvc", "repro", *targets),
+        does="it attaches to them and records the results",
+    )
+    recorder = submit_recorder(ws, backend, record, active, now, say)
     return [*(done[name] for name in order), *([recorder] if recorder else [])]
 
 
@@ -243,17 +255,36 @@ def _upstream(name: str, deps: Sequence[str], order: list[str], outs: dict[str, 
     return sorted({p for d in deps for p in fingerprint.producers_of(d, producers) if p != name})
 
 
-def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, job_ids: list[str], now, say) -> ItemJob | None:
+@dataclass(frozen=True)
+class RecordingJob:
+    """What the job run once every job has ended does: ``record`` (always), then ``then``."""
+
+    item: str  # its name in the ledger
+    record: list[str]
+    then: list[str] | None = None  # exec'd in attach-only mode when given (`dvc repro`)
+    targets: tuple[str, ...] = ()
+    script: str = "record.sbatch"  # its file name under .orchestrator/scripts
+    manual: tuple[str, ...] = ()  # what to run by hand instead (default: ``record``)
+    does: str = "it records the results"
+
+    @property
+    def by_hand(self) -> str:
+        return shell_join(self.manual or self.record)
+
+
+def submit_recorder(
+    ws: Workspace, backend: backends.SbatchBackend, job: RecordingJob, job_ids: list[str], now, say
+) -> ItemJob | None:
     """The job that records results in DVC once every job has ended."""
     partition = ws.profile.profile.scheduler.service_partition
     if not job_ids:
-        say("nothing new to wait for: run `dvc repro` to record finished jobs")
+        say(f"nothing new to wait for: run `{job.by_hand}` to record finished jobs")
         return None
     if partition is None:
-        say(f"when the jobs end, run `{shell_join(['dvc', 'repro', *targets])}`: it attaches to them and records the results")
+        say(f"when the jobs end, run `{job.by_hand}`: {job.does}")
         return None
     book = ledger.Ledger(ws.root)
-    with book.locked(RECORD_ITEM) as records:
+    with book.locked(job.item) as records:
         # Two submits of the same matrix share one recording job: a second
         # `dvc repro` would only collide with the first on DVC's lock.
         for rec in reversed(records.records):
@@ -261,7 +292,7 @@ def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, jo
                 info = backend.query([rec.job_id]).get(rec.job_id)
                 if info is not None and info.state.active:
                     say(f"recording job {rec.job_id} (submitted earlier) records these jobs too")
-                    return ItemJob(RECORD_ITEM, rec.job_id, True, info.state, tuple(job_ids))
+                    return ItemJob(job.item, rec.job_id, True, info.state, tuple(job_ids))
         text = (
             render.environment()
             .get_template("record.sh.j2")
@@ -272,22 +303,22 @@ def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, jo
                 partition=partition,
                 dependency="afterany:" + ":".join(job_ids),
                 log=".orchestrator/logs/record-%j.log",
-                record=shell_join(["orchestrator", "record", *targets]),
-                repro=shell_join(["dvc", "repro", "--keep-going", *targets]),
+                record=shell_join(job.record),
+                repro=shell_join(job.then) if job.then else None,
                 profile=ws.cluster,
             )
         )
-        script = ws.root / SCRIPTS_DIR / "record.sbatch"
+        script = ws.root / SCRIPTS_DIR / job.script
         write_script(script, text)
         try:
-            job_id = backend.sbatch(script, ws.absolute_root, RECORD_ITEM)
+            job_id = backend.sbatch(script, ws.absolute_root, job.item)
         except backends.Refused as exc:
             raise backends.SchedulerError(
-                f"the recording job was refused: {exc.stderr.strip()}", hints=["the jobs are submitted; run `dvc repro` when they end"]
+                f"the recording job was refused: {exc.stderr.strip()}", hints=[f"the jobs are submitted; run `{job.by_hand}` when they end"]
             ) from exc
         records.append(
             ledger.Record(
-                item=RECORD_ITEM,
+                item=job.item,
                 fingerprint="",
                 backend="slurm",
                 job_id=job_id,
@@ -295,8 +326,8 @@ def _submit_recorder(ws: Workspace, backend: backends.SbatchBackend, targets, jo
                 script=os.path.relpath(script, ws.root),
                 submitted_at=now(),
                 log=f".orchestrator/logs/record-{job_id}.log",
-                provenance={"after": list(job_ids), "targets": list(targets)},
+                provenance={"after": list(job_ids), "targets": list(job.targets)},
             )
         )
     say(f"recording job {job_id} records the results when they end (log .orchestrator/logs/record-{job_id}.log)")
-    return ItemJob(RECORD_ITEM, job_id, False, State.PENDING, tuple(job_ids))
+    return ItemJob(job.item, job_id, False, State.PENDING, tuple(job_ids))

@@ -1,0 +1,133 @@
+"""`orchestrator sweep` against a fake Slurm, with real git and DVC: the points DVC's -S syntax
+makes, their copies of the project, one submission for all, the points saved as DVC experiments
+once their jobs succeeded, a failed point submitted again alone. The real scheduler is in
+tests/integration/slurm/test_arrays_testbed.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakes import FakeSlurm
+from support import ACCOUNT, GIT_ENV, exp_metrics, sweep_project
+
+from orchestrator.errors import ConfigError, OrchestratorError
+from orchestrator.jobs import sweep
+from orchestrator.util.runner import SubprocessRunner
+
+REAL = ("git", "dvc")
+
+
+class SlurmAndGit:
+    """git and dvc for real, the Slurm commands from the fake."""
+
+    def __init__(self, slurm: FakeSlurm) -> None:
+        self.slurm, self.real = slurm, SubprocessRunner()
+
+    def run(self, argv, *, input=None, timeout=None):
+        return (self.real if argv[0] in REAL else self.slurm.runner).run(argv, input=input, timeout=timeout)
+
+    def spawn(self, argv, cwd=None):
+        raise AssertionError(f"nothing is spawned: {argv}")
+
+    def which(self, name):
+        return self.real.which(name) if name in REAL else self.slurm.runner.which(name)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    root = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
+    monkeypatch.chdir(root)
+    return root
+
+
+def finish(project: Path, slurm: FakeSlurm, made: sweep.Sweep, failing: set[str] = frozenset()) -> None:
+    """Every job of the sweep ends; the succeeded ones wrote their metrics, as the real jobs would."""
+    for point in made.points:
+        copy = project / point.folder
+        if not copy.is_dir():
+            continue
+        lr = float(point.overrides["params.yaml"][0].split("=")[1])
+        for path in (copy / ".orchestrator/ledger").glob("work@0.json"):
+            job = json.loads(path.read_text())["records"][-1]["job_id"]
+            slurm.states[job] = "FAILED" if point.name in failing else "COMPLETED"
+        if point.name not in failing:
+            (copy / "out").mkdir(exist_ok=True)
+            (copy / "out/m0.json").write_text(json.dumps({"lr": lr, "score": 2 * lr}))
+
+
+def test_each_point_is_submitted_from_its_own_copy_and_saved_as_an_experiment(project):
+    slurm = FakeSlurm()
+    runner = SlurmAndGit(slurm)
+    lines: list[str] = []
+    made, jobs, recorder = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], say=lines.append, now=lambda: 1000.0)
+    assert [p.overrides for p in made.points] == [{"params.yaml": [f"sweep.lr={v}"]} for v in ("0.1", "0.2", "0.3")]
+    assert [p.name for p in made.points] == [f"{made.name}-{i}" for i in range(3)]
+    for point in made.points:  # each copy has its params, the project's own are untouched
+        assert f"lr: {point.overrides['params.yaml'][0].split('=')[1]}" in (project / point.folder / "params.yaml").read_text()
+        assert len(jobs[point.name]) == 1 and not jobs[point.name][0].attached
+    assert "lr: 0.1" in (project / "params.yaml").read_text()
+    assert recorder is not None and set(recorder.after) == {js[0].job_id for js in jobs.values()}
+    assert f"orchestrator sweep --record {made.name}" in (project / f".orchestrator/scripts/sweep-{made.name}.sbatch").read_text()
+    # Again before anything ended: every job is attached to, nothing new
+    before = len(slurm.runner.called("sbatch"))
+    again, jobs2, _ = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], say=lines.append)
+    assert again.name == made.name and all(js[0].attached for js in jobs2.values())
+    assert len(slurm.runner.called("sbatch")) == before  # the earlier recording job is still queued: it records these too
+
+    finish(project, slurm, made)
+    found = sweep.record_points(project, None, runner, made.name, say=lines.append)
+    assert found.saved == [p.name for p in made.points] and not found.failed
+    metrics = exp_metrics(project)
+    assert {metrics[p.name] for p in made.points} == {0.2, 0.4, 0.6}
+    assert not any((project / p.folder).exists() for p in made.points)  # saved: the copies are gone
+    # The same sweep once more: every point saved, nothing submitted.
+    _, jobs3, recorder3 = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], say=lines.append)
+    assert jobs3 == {} and recorder3 is None and len(slurm.runner.called("sbatch")) == before
+
+
+def test_a_failed_point_is_listed_kept_and_submitted_again_alone(project):
+    slurm = FakeSlurm()
+    runner = SlurmAndGit(slurm)
+    made, jobs, _ = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2"], name="grid", say=lambda _: None)
+    finish(project, slurm, made, failing={"grid-1"})
+    found = sweep.record_points(project, None, runner, "grid", say=lambda _: None)
+    assert found.saved == ["grid-0"] and [n for n, _ in found.failed] == ["grid-1"]
+    failed_job = jobs["grid-1"][0].job_id
+    assert f"job {failed_job} failed" in found.failed[0][1] and ".log" in found.failed[0][1]
+    assert (project / made.points[1].folder).is_dir() and set(exp_metrics(project)) == {"grid-0"}
+    before = len(slurm.runner.called("sbatch"))
+    _, again, _ = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2"], name="grid", say=lambda _: None)
+    assert list(again) == ["grid-1"] and not again["grid-1"][0].attached  # only the failed point
+    assert len(slurm.runner.called("sbatch")) == before + 2  # its job and a recording job
+
+
+@pytest.mark.parametrize(
+    ("sets", "said"),
+    [
+        (["sweep.lr=range(1"], "malformed sweep 'sweep.lr=range(1'"),
+        ([], "a sweep needs at least one -S"),
+    ],
+)
+def test_a_malformed_sweep_is_one_clear_error_and_nothing_is_made(project, sets, said):
+    slurm = FakeSlurm()
+    with pytest.raises(ConfigError) as caught:
+        sweep.submit(project, None, SlurmAndGit(slurm), sets, say=lambda _: None)
+    assert said in caught.value.render()
+    assert slurm.runner.called("sbatch") == [] and not (project / sweep.SWEEPS_DIR).exists()
+
+
+def test_uncommitted_changes_are_refused_with_the_files_named(project):
+    (project / "dvc.yaml").write_text((project / "dvc.yaml").read_text() + "\n# changed\n")
+    with pytest.raises(OrchestratorError) as caught:
+        sweep.submit(project, None, SlurmAndGit(FakeSlurm()), ["sweep.lr=0.1,0.2"], say=lambda _: None)
+    assert "uncommitted changes" in caught.value.render() and "dvc.yaml" in caught.value.render()
+
+
+def test_recording_an_unknown_sweep_names_the_known_ones(project):
+    with pytest.raises(OrchestratorError) as caught:
+        sweep.record_points(project, None, SlurmAndGit(FakeSlurm()), "nosuch")
+    assert "no sweep named 'nosuch'" in caught.value.render()
