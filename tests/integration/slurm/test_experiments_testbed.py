@@ -4,11 +4,13 @@ submitted from DVC's own copy of the project, with its own staging folder."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import time
 
 import pytest
-from support import ACCOUNT, exp_metrics, sweep_project, wait_for_queue
+from support import ACCOUNT, GIT_ENV, exp_metrics, sweep_project, wait_for_queue
 from support import dvc_exp as dvc
 
 pytestmark = pytest.mark.slurm
@@ -38,3 +40,30 @@ def test_a_queued_sweep_and_a_temp_experiment_run_as_slurm_jobs(slurm_testbed, t
         time.sleep(1)
     assert len(ours) == 4 and len({row[-1] for row in ours}) == 4, rows
     assert {row[1] for row in ours} == {"COMPLETED"}
+
+
+def test_a_detached_sweep_becomes_dvc_experiments_without_a_login_process(slurm_testbed, tmp_path):
+    """`orchestrator sweep -S ...` returns at once; the jobs and then the sweep's recording
+    job run with nothing on the login node; `dvc exp show` then lists each point with its
+    params and metric, and `dvc exp apply` brings one back."""
+    project = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
+    env = {**os.environ, **GIT_ENV}  # the recording job commits experiments (sbatch passes the environment on)
+    started = time.monotonic()
+    done = subprocess.run(
+        ["orchestrator", "sweep", "-S", "sweep.lr=0.1,0.2,0.3", "--name", "grid"], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started < 60 and "sweep grid: 3 points; recording job" in done.stdout, done.stdout
+    recorder = done.stdout.strip().rsplit(" ", 1)[-1]
+    deadline = time.time() + 300
+    while subprocess.run(["squeue", "-h", "-j", recorder], capture_output=True, text=True).stdout.strip():
+        assert time.time() < deadline, "the recording job did not end"
+        time.sleep(2)
+    log = (project / f".orchestrator/logs/record-{recorder}.log").read_text()
+    assert "3 saved, 0 not finished, 0 failed" in log, log
+    scores = exp_metrics(project)
+    assert {name: scores.get(name) for name in ("grid-0", "grid-1", "grid-2")} == {"grid-0": 0.2, "grid-1": 0.4, "grid-2": 0.6}, scores
+    applied = dvc(project, "exp", "apply", "grid-2")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "lr: 0.3" in (project / "params.yaml").read_text()
+    assert json.loads((project / "out/m0.json").read_text())["score"] == 0.6
