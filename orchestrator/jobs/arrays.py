@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,8 +72,13 @@ class Array:
         """Slurm's log pattern for the tasks (``%A``: the array's id, ``%a``: the index)."""
         return f".orchestrator/logs/{self.name}-%A_%a.log"
 
-    def log_of(self, array_id: str, index: int) -> str:
-        return task_log(self.log, array_id, index)
+    def log_from(self, workspace: str) -> str:
+        """The tasks' log pattern relative to ``workspace`` (a member's, when the members
+        come from several copies of a project: the logs are in the array's workdir)."""
+        return os.path.relpath(os.path.join(self.workdir, self.log), workspace) if workspace != self.workdir else self.log
+
+    def log_of(self, array_id: str, index: int, workspace: str | None = None) -> str:
+        return task_log(self.log_from(workspace or self.workdir), array_id, index)
 
     @property
     def script(self) -> str:
@@ -93,7 +99,8 @@ def group(
     by_shape: dict[tuple, list[Member]] = {}
     afters: dict[tuple, tuple[str, ...]] = {}
     for member, after in candidates:
-        key = (member.plan.workspace, shape(member.plan), tuple(sorted(after)))
+        # Not the workspace: an item's script changes to its own (the copies of a sweep share arrays).
+        key = (shape(member.plan), tuple(sorted(after)))
         by_shape.setdefault(key, []).append(member)
         afters[key] = tuple(sorted(after))
     arrays, alone = [], []
@@ -106,7 +113,7 @@ def group(
             if len(chunk) == 1:
                 alone += chunk
                 continue
-            arrays.append(Array(_name(chunk), chunk, key[1], afters[key], parallel))
+            arrays.append(Array(_name(chunk), chunk, key[0], afters[key], parallel))
     return arrays, alone
 
 
@@ -114,7 +121,7 @@ def _name(members: Sequence[Member]) -> str:
     """A job name for the array, unique to its members and their fingerprints (so a
     killed submission's array is told apart from any other)."""
     stages = sorted({m.plan.item.split("@", 1)[0] for m in members})
-    digest = hashlib.sha256("\n".join(f"{m.plan.item}\0{m.fingerprint}" for m in members).encode()).hexdigest()[:12]
+    digest = hashlib.sha256("\n".join(f"{m.plan.workspace}\0{m.plan.item}\0{m.fingerprint}" for m in members).encode()).hexdigest()[:12]
     return f"{safe_form(stages[0] if len(stages) == 1 else 'mixed')[:60]}.array-{digest}"
 
 
@@ -134,23 +141,29 @@ def render_array(array: Array, profile: str) -> str:
             version=__version__,
             profile=profile,
             directives=directives,
-            scripts=[frozen_path(m.text) for m in array.members],
+            # Absolute: a task may run an item of another copy of the project (its script changes there).
+            scripts=[os.path.join(m.plan.workspace, frozen_path(m.text)) for m in array.members],
             items=[m.plan.item for m in array.members],
         )
     )
 
 
-def write(root: Path, array: Array, profile: str, written_at: float) -> Path:
-    """Write the members' frozen scripts, the array's script and its manifest (the items
-    and the name, which a damaged ledger file's recovery searches by); the script's path."""
-    for member in array.members:
-        path = root / frozen_path(member.text)
+def write(array: Array, profile: str, written_at: float) -> Path:
+    """Write the members' frozen scripts (each in its own workspace), the array's script
+    and, in every workspace with members, a manifest naming the array and their indices
+    (what a damaged ledger file's recovery searches by); the script's path."""
+    indices: dict[str, dict[str, int]] = {}
+    for index, member in enumerate(array.members):
+        path = Path(member.plan.workspace) / frozen_path(member.text)
         if not path.exists():
             files.write_if_changed(path, member.text, mode=0o755)
-    script = root / array.script
+        indices.setdefault(member.plan.workspace, {})[member.plan.item] = index
+    script = Path(array.workdir) / array.script
     files.write_if_changed(script, render_array(array, profile), mode=0o755)
-    manifest = {"name": array.name, "workdir": array.workdir, "written_at": written_at, "items": [m.plan.item for m in array.members]}
-    files.atomic_write(root / ARRAYS_DIR / f"{array.name}.json", json.dumps(manifest, indent=1), durable=True)
+    for workspace, items in indices.items():
+        log = array.log_from(workspace)
+        manifest = {"name": array.name, "workdir": array.workdir, "written_at": written_at, "items": items, "log": log}
+        files.atomic_write(Path(workspace) / ARRAYS_DIR / f"{array.name}.json", json.dumps(manifest, indent=1), durable=True)
     return script
 
 
@@ -172,9 +185,8 @@ def placements(root: Path, item: str) -> list[Placement]:
     for path in folder.glob("*.json") if folder.is_dir() else ():
         try:
             data = json.loads(path.read_text())
-            index = data["items"].index(item)
-            log = f".orchestrator/logs/{data['name']}-%A_%a.log"
-            found.append(Placement(data["name"], data["workdir"], float(data["written_at"]), index, log))
+            if item in data["items"]:
+                found.append(Placement(data["name"], data["workdir"], float(data["written_at"]), int(data["items"][item]), data["log"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # not this item's, or not a manifest
     return sorted(found, key=lambda p: p.written_at)

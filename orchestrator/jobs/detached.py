@@ -25,6 +25,7 @@ from orchestrator.jobs import arrays, backends, ledger, submission
 from orchestrator.pipeline import fingerprint, invocation, stages
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
+from orchestrator.scripts.plan import Plan
 from orchestrator.scripts.quoting import join as shell_join
 from orchestrator.scripts.workspace import SCRIPTS_DIR, Workspace
 from orchestrator.slurm import commands, limits
@@ -56,17 +57,52 @@ def submit(
     say: Callable[[str], None] = print,
     now: Callable[[], float] | None = None,
     force: bool = False,
-    recording: bool = True,
 ) -> list[ItemJob]:
     """Submit the stale items of ``targets`` (all when ``force``, even those whose jobs
-    succeeded: see :mod:`orchestrator.pipeline.invocation`); then, with ``recording``,
-    the job that records them (a sweep submits one for all its points itself)."""
+    succeeded: see :mod:`orchestrator.pipeline.invocation`), then the job that records them."""
     import time
 
+    now = now or time.time
+    batch = stale(root, cluster, runner, targets, force)
+    (done,) = queue([batch], runner, now(), say)
+    active = list(dict.fromkeys(commands.array_of(j.job_id) for j in done if j.state.active))  # an array's id stands for its tasks
+    record = RecordingJob(
+        RECORD_ITEM,
+        ["orchestrator", "record", *targets],
+        ["dvc", "repro", "--keep-going", *targets],
+        tuple(targets),
+        manual=("dvc", "repro", *targets),
+        does="it attaches to them and records the results",
+    )
+    backend = backends.SbatchBackend(root, runner, batch.ws.profile.profile.scheduler.cluster_name)
+    recorder = submit_recorder(batch.ws, backend, record, active, now, say)
+    return [*done, *([recorder] if recorder else [])]
+
+
+@dataclass
+class Batch:
+    """One workspace's stale items, planned and fingerprinted: what :func:`queue` submits.
+    ``label`` tells the workspace's items apart in messages (a sweep's point)."""
+
+    ws: Workspace
+    order: list[str]  # dvc.yaml's order
+    plans: dict[str, Plan]
+    prints: dict[str, str]
+    outs: dict[str, tuple[str, ...]]
+    upstream: dict[str, list[str]]
+    force: bool
+    label: str = ""
+
+    def named(self, item: str) -> str:
+        return f"{self.label} {item}" if self.label else item
+
+
+def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), force: bool = False, label: str = "") -> Batch:
+    """The stale orchestrated items of ``targets`` in the workspace ``root``, planned (one
+    load of the DVC project); nothing is written or submitted."""
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
-    now = now or time.time
     ws = Workspace.open(root, cluster, runner, form="sbatch")
     if not ws.profile.profile.uses_slurm:
         raise OrchestratorError(
@@ -94,42 +130,38 @@ def submit(
     problems = [f"{n}: {p}" for n, plan in plans.items() for p in plan.problems]
     if problems:
         raise PlanError(f"cannot submit to {ws.cluster}", problems)
-
-    backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
-    book = ledger.Ledger(root)
-    _check_room(ws, runner, [n for n in order if not _followed(book, n, prints[n])])
-    config, _ = slurm_config.read(runner)
-    max_size = arrays.max_array_size(config.get("MaxArraySize") if config else None)
-    done: dict[str, ItemJob] = {}
-    # Level by level: an item's upstream jobs are known (to wait for) before it is submitted.
     upstream = {name: _upstream(name, deps[name], order, outs) for name in order}
     position = {name: i for i, name in enumerate(ws.jobs)}  # dvc.yaml's order: an array's tasks follow its matrix
-    order = sorted(order, key=position.__getitem__)
-    for level in _levels(order, upstream):
-        subs = {}
-        for name in level:
-            plan = plans[name]
-            text = render.render(plan)
-            script = ws.script_path(plan)
-            write_script(script, text)
-            after = tuple(done[u].job_id for u in upstream[name] if u in done and done[u].state.active)
-            subs[name] = submission.Submission(ws, plan, script, text, prints[name], outs[name], after, force)
-        done.update(_submit_level(ws, book, subs, backend, runner, now(), max_size, say))
-    active = list(
-        dict.fromkeys(commands.array_of(done[n].job_id) for n in order if done[n].state.active)
-    )  # an array's id waits for all its tasks
-    if not recording:
-        return [done[name] for name in order]
-    record = RecordingJob(
-        RECORD_ITEM,
-        ["orchestrator", "record", *targets],
-        ["dvc", "repro", "--keep-going", *targets],
-        tuple(targets),
-        manual=("dvc", "repro", *targets),
-        does="it attaches to them and records the results",
-    )
-    recorder = submit_recorder(ws, backend, record, active, now, say)
-    return [*(done[name] for name in order), *([recorder] if recorder else [])]
+    return Batch(ws, sorted(order, key=position.__getitem__), plans, prints, outs, upstream, force, label)
+
+
+def queue(batches: Sequence[Batch], runner: Runner, at: float, say: Callable[[str], None] = print) -> list[list[ItemJob]]:
+    """Attach every batch's items to their jobs or submit them, level by level (an item's
+    upstream jobs are known, to wait for, before it is submitted); items of one shape, from
+    any of the batches, as the tasks of one array. One list of rows per batch, in its order."""
+    if not batches:
+        return []
+    first = batches[0].ws
+    backend = backends.SbatchBackend(first.root, runner, first.profile.profile.scheduler.cluster_name)
+    books = [ledger.Ledger(b.ws.root) for b in batches]
+    new = [(b, n) for b, book in zip(batches, books, strict=True) for n in b.order if not _followed(book, n, b.prints[n])]
+    _check_room(first, runner, new)
+    config, _ = slurm_config.read(runner)
+    max_size = arrays.max_array_size(config.get("MaxArraySize") if config else None)
+    done: dict[tuple[int, str], ItemJob] = {}
+    levels = [_levels(b.order, b.upstream) for b in batches]
+    for depth in range(max((len(lv) for lv in levels), default=0)):
+        subs: dict[tuple[int, str], submission.Submission] = {}
+        for i, b in enumerate(batches):
+            for name in levels[i][depth] if depth < len(levels[i]) else ():
+                plan = b.plans[name]
+                text = render.render(plan)
+                script = b.ws.script_path(plan)
+                write_script(script, text)
+                after = tuple(done[i, u].job_id for u in b.upstream[name] if (i, u) in done and done[i, u].state.active)
+                subs[i, name] = submission.Submission(b.ws, plan, script, text, b.prints[name], b.outs[name], after, b.force)
+        done.update(_submit_level(batches, books, subs, backend, runner, at, max_size, say))
+    return [[done[i, name] for name in b.order] for i, b in enumerate(batches)]
 
 
 def _levels(order: list[str], upstream: dict[str, list[str]]) -> list[list[str]]:
@@ -147,50 +179,58 @@ def _levels(order: list[str], upstream: dict[str, list[str]]) -> list[list[str]]
 
 
 def _submit_level(
-    ws: Workspace,
-    book: ledger.Ledger,
-    subs: dict[str, submission.Submission],
+    batches: Sequence[Batch],
+    books: Sequence[ledger.Ledger],
+    subs: dict[tuple[int, str], submission.Submission],
     backend: backends.SbatchBackend,
     runner: Runner,
     at: float,
     max_size: int,
     say: Callable[[str], None],
-) -> dict[str, ItemJob]:
+) -> dict[tuple[int, str], ItemJob]:
     """Attach the items of one level to their jobs, or submit them: items of one shape as
     the tasks of one array, the rest alone. Every item's ledger lock is held throughout,
-    taken in name order (so two submits of overlapping matrices cannot deadlock)."""
-    done: dict[str, ItemJob] = {}
+    taken in (workspace, name) order (so two submits of overlapping matrices cannot deadlock)."""
+    done: dict[tuple[int, str], ItemJob] = {}
     files.raise_open_files_limit(len(subs) + 256)  # one open lock file per item
     with contextlib.ExitStack() as stack:
-        held = {name: stack.enter_context(book.locked(name)) for name in sorted(subs)}
-        tasks: dict[str, submission.Task] = {}
-        for name, sub in subs.items():
-            outcome = submission.existing(held[name], sub, backend, runner)
+        held = {key: stack.enter_context(books[key[0]].locked(key[1])) for key in sorted(subs, key=lambda k: (str(books[k[0]].dir), k[1]))}
+        tasks: dict[tuple[int, str], submission.Task] = {}
+        for key, sub in subs.items():
+            outcome = submission.existing(held[key], sub, backend, runner)
             if outcome is not None and outcome.why_new is None:
                 state = outcome.info.state if outcome.info else outcome.record.state
-                done[name] = ItemJob(name, outcome.record.job_id, True, state)
+                done[key] = ItemJob(key[1], outcome.record.job_id, True, state)
             else:
-                tasks[name] = submission.Task(held[name], sub, outcome.why_new if outcome else None)
+                tasks[key] = submission.Task(held[key], sub, outcome.why_new if outcome else None)
         # Items retried off failed nodes each avoid their own nodes: they go alone.
-        alone = [n for n, t in tasks.items() if submission.excluded(t.records, t.sub.fingerprint)]
-        members = {n: arrays.Member(t.sub.plan, t.sub.text, t.sub.fingerprint) for n, t in tasks.items() if n not in alone}
-        groups, singles = arrays.group(((m, tasks[n].sub.after) for n, m in members.items()), max_size, ws.params.settings.array_parallel)
+        alone = [k for k, t in tasks.items() if submission.excluded(t.records, t.sub.fingerprint)]
+        keys = {}  # a member -> its key
+        candidates = []
+        for key, task in tasks.items():
+            if key not in alone:
+                member = arrays.Member(task.sub.plan, task.sub.text, task.sub.fingerprint)
+                keys[id(member)] = key
+                candidates.append((member, task.sub.after))
+        parallel = batches[0].ws.params.settings.array_parallel
+        groups, singles = arrays.group(candidates, max_size, parallel)
         for array in groups:
-            names = [m.plan.item for m in array.members]
-            outcomes = submission.submit_array([tasks[n] for n in names], array, backend, runner, at)
-            for name, outcome in zip(names, outcomes, strict=True):
-                done[name] = ItemJob(name, outcome.record.job_id, False, State.PENDING, array.after)
+            members = [keys[id(m)] for m in array.members]
+            outcomes = submission.submit_array([tasks[k] for k in members], array, backend, runner, at)
+            for key, outcome in zip(members, outcomes, strict=True):
+                done[key] = ItemJob(key[1], outcome.record.job_id, False, State.PENDING, array.after)
             array_id = commands.array_of(outcomes[0].record.job_id)
             waits = f" after {','.join(array.after)}" if array.after else ""
-            say(f"array {array_id}: {len(names)} items ({names[0]} ... {names[-1]}){waits}; logs {array.log.replace('%A', array_id)}")
-        for name in [*alone, *(m.plan.item for m in singles)]:
-            task = tasks[name]
+            span = f"{batches[members[0][0]].named(members[0][1])} ... {batches[members[-1][0]].named(members[-1][1])}"
+            say(f"array {array_id}: {len(members)} items ({span}){waits}; logs {array.log.replace('%A', array_id)}")
+        for key in [*alone, *(keys[id(m)] for m in singles)]:
+            task = tasks[key]
             outcome = submission.submit_one(task.records, task.sub, backend, runner, at, task.why_new)
-            done[name] = ItemJob(name, outcome.record.job_id, False, State.PENDING, task.sub.after)
+            done[key] = ItemJob(key[1], outcome.record.job_id, False, State.PENDING, task.sub.after)
             why = f" ({outcome.why_new})" if outcome.why_new else ""
             after = f" after {','.join(task.sub.after)}" if task.sub.after else ""
-            say(f"{name}: job {outcome.record.job_id}{after}{why}")
-    return {name: done[name] for name in subs}
+            say(f"{batches[key[0]].named(key[1])}: job {outcome.record.job_id}{after}{why}")
+    return {key: done[key] for key in subs}
 
 
 def _followed(book: ledger.Ledger, name: str, fp: str) -> bool:
@@ -200,7 +240,7 @@ def _followed(book: ledger.Ledger, name: str, fp: str) -> bool:
     return rec is not None and rec.state.active
 
 
-def _check_room(ws: Workspace, runner: Runner, new: Sequence[str]) -> None:
+def _check_room(ws: Workspace, runner: Runner, new: Sequence) -> None:
     """Refuse, before anything is submitted, a submission the site's MaxSubmitJobs would cut off half-way."""
     import getpass
 
@@ -272,9 +312,7 @@ class RecordingJob:
         return shell_join(self.manual or self.record)
 
 
-def submit_recorder(
-    ws: Workspace, backend: backends.SbatchBackend, job: RecordingJob, job_ids: list[str], now, say
-) -> ItemJob | None:
+def submit_recorder(ws: Workspace, backend: backends.SbatchBackend, job: RecordingJob, job_ids: list[str], now, say) -> ItemJob | None:
     """The job that records results in DVC once every job has ended."""
     partition = ws.profile.profile.scheduler.service_partition
     if not job_ids:

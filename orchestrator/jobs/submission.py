@@ -139,26 +139,31 @@ def submit_array(tasks: list[Task], array: arrays.Array, backend: backends.Sbatc
 
     Every task's intent names the array and the task's index before sbatch runs, so a
     process killed between sbatch and the ledger leaves tasks the next run adopts."""
-    ws = tasks[0].sub.ws
+    ws = tasks[0].sub.ws  # the array's workdir: its script and logs are there
     for task in tasks:
         refuse_if_attach_only(task.sub, task.why_new)
         prepare(task.sub, backend)
-    script = arrays.write(ws.root, array, ws.cluster, now)
-    (ws.root / array.log).parent.mkdir(parents=True, exist_ok=True)
+    script = arrays.write(array, ws.cluster, now)
+    (Path(array.workdir) / array.log).parent.mkdir(parents=True, exist_ok=True)
     for index, task in enumerate(tasks):
         known = tuple(r.job_id for r in task.records.records)
-        task.records.begin(ledger.Intent(task.sub.fingerprint, array.name, array.workdir, now, known, array_index=index, log=array.log))
+        log = array.log_from(task.sub.plan.workspace)
+        task.records.begin(ledger.Intent(task.sub.fingerprint, array.name, array.workdir, now, known, array_index=index, log=log))
     try:
         array_id = backend.sbatch(script, array.workdir, f"array {array.name} ({len(tasks)} items)", array.after)
     except backends.Refused:
         for task in tasks:
             task.records.forget_intent()
         raise
-    base = provenance.at_submission(ws.root, runner, ws.profile, "")  # the code's state is one for all
+    bases: dict[Path, dict] = {}  # the code's state, one per workspace
     outcomes = []
     for index, task in enumerate(tasks):
-        prov = {**base, "script_sha256": provenance.script_hash(task.sub.text), "array": array_id}
-        record = _record(task.sub, backend, task.sub.fingerprint, f"{array_id}_{index}", array.log_of(array_id, index), now, prov)
+        member_ws = task.sub.ws
+        if member_ws.root not in bases:
+            bases[member_ws.root] = provenance.at_submission(member_ws.root, runner, member_ws.profile, "")
+        prov = {**bases[member_ws.root], "script_sha256": provenance.script_hash(task.sub.text), "array": array_id}
+        log = array.log_of(array_id, index, task.sub.plan.workspace)
+        record = _record(task.sub, backend, task.sub.fingerprint, f"{array_id}_{index}", log, now, prov)
         record = dataclasses.replace(record, script=arrays.frozen_path(task.sub.text))
         _append(task.records, record)
         outcomes.append(Outcome(record, attached=False, why_new=task.why_new))

@@ -154,14 +154,10 @@ def submit(
         sweep = earlier
     sweep.save(root)
     cache = _cache_dir(root)
-    jobs: dict[str, list[detached.ItemJob]] = {}
-    for point in sweep.points:
-        if point.saved:
-            continue
-        copy = _copy(root, runner, sweep, point, cache)
-        jobs[point.name] = detached.submit(
-            copy, cluster, runner, sweep.targets, say=lambda line, p=point: say(f"{p.name}: {line}"), now=now, recording=False
-        )
+    todo = [p for p in sweep.points if not p.saved]
+    batches = [detached.stale(_copy(root, runner, sweep, p, cache), cluster, runner, sweep.targets, label=p.name) for p in todo]
+    rows = detached.queue(batches, runner, now(), say)  # items of one shape share arrays across the points
+    jobs = {p.name: js for p, js in zip(todo, rows, strict=True)}
     active = list(dict.fromkeys(j.job_id.split("_")[0] for js in jobs.values() for j in js if j.state.active))
     ws = Workspace.open(root, cluster, runner, form="sbatch")
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)

@@ -70,7 +70,16 @@ def test_each_point_is_submitted_from_its_own_copy_and_saved_as_an_experiment(pr
         assert f"lr: {point.overrides['params.yaml'][0].split('=')[1]}" in (project / point.folder / "params.yaml").read_text()
         assert len(jobs[point.name]) == 1 and not jobs[point.name][0].attached
     assert "lr: 0.1" in (project / "params.yaml").read_text()
-    assert recorder is not None and set(recorder.after) == {js[0].job_id for js in jobs.values()}
+    # One array for the three points (their items have one shape), its tasks run in their copies.
+    assert len(slurm.runner.called("sbatch")) == 2  # the array and the recording job
+    (array_id,) = {js[0].job_id.split("_")[0] for js in jobs.values()}
+    assert [jobs[p.name][0].job_id for p in made.points] == [f"{array_id}_{i}" for i in range(3)]
+    assert recorder is not None and recorder.after == (array_id,)
+    script = Path(slurm.runner.called("sbatch")[0][-1]).read_text()
+    assert all(f"{project / p.folder}/.orchestrator/arrays/scripts/" in script for p in made.points)
+    for point in made.points:  # each copy's ledger has its task, with a log it can find
+        rec = json.loads((project / point.folder / ".orchestrator/ledger/work@0.json").read_text())["records"][0]
+        assert (project / point.folder / rec["log"]).resolve().parent == (project / made.points[0].folder / ".orchestrator/logs").resolve()
     assert f"orchestrator sweep --record {made.name}" in (project / f".orchestrator/scripts/sweep-{made.name}.sbatch").read_text()
     # Again before anything ended: every job is attached to, nothing new
     before = len(slurm.runner.called("sbatch"))
@@ -131,3 +140,14 @@ def test_recording_an_unknown_sweep_names_the_known_ones(project):
     with pytest.raises(OrchestratorError) as caught:
         sweep.record_points(project, None, SlurmAndGit(FakeSlurm()), "nosuch")
     assert "no sweep named 'nosuch'" in caught.value.render()
+
+
+def test_a_damaged_ledger_file_in_a_copy_finds_its_task_of_the_shared_array(project):
+    slurm = FakeSlurm()
+    runner = SlurmAndGit(slurm)
+    made, jobs, _ = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], name="grid", say=lambda _: None)
+    (project / made.points[2].folder / ".orchestrator/ledger/work@0.json").write_text("{cut short")
+    before = len(slurm.runner.called("sbatch"))
+    _, again, _ = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], name="grid", say=lambda _: None)
+    assert again["grid-2"][0].attached and again["grid-2"][0].job_id == jobs["grid-2"][0].job_id
+    assert len(slurm.runner.called("sbatch")) == before
