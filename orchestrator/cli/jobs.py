@@ -139,8 +139,9 @@ SHOWN_ROWS = 60
 @click.argument("targets", nargs=-1)
 @click.option("--watch", "-w", is_flag=True, help="Refresh until every job has ended (polling backs off).")
 @click.option("--all", "-a", "all_rows", is_flag=True, help=f"List every array task, also past {SHOWN_ROWS} rows.")
+@click.option("--sweep", "sweep_name", default=None, metavar="NAME", help="The items of sweep NAME's points not yet saved as experiments.")
 @project_option
-def status(targets: tuple[str, ...], watch: bool, all_rows: bool, project: Path) -> None:
+def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: str | None, project: Path) -> None:
     """One table of the submitted items: state, job id, nodes, elapsed, exit code.
 
     Job arrays get a line each (tasks per state). Past 60 rows, the array tasks
@@ -154,8 +155,15 @@ def status(targets: tuple[str, ...], watch: bool, all_rows: bool, project: Path)
     from orchestrator.util.runner import SubprocessRunner
 
     runner, interval = SubprocessRunner(), 2.0
+    points = []
+    if sweep_name is not None:
+        from orchestrator.jobs import sweep
+
+        made = sweep.Sweep.load(project, sweep_name)
+        points = [(project / p.folder, p.name) for p in made.points if not p.saved and (project / p.folder).is_dir()]
+        click.echo(f"sweep {made.name}: {len(made.points)} points, {sum(p.saved for p in made.points)} saved as experiments")
     while True:
-        rows = st.refresh(project, runner, targets)
+        rows = st.refresh_all(points, runner) if sweep_name is not None else st.refresh(project, runner, targets)
         arrays = st.summaries(rows)
         if len(rows) > SHOWN_ROWS and not all_rows:
             # A sweep's hundreds of tasks: one row per array (`--all` or an item name lists them).

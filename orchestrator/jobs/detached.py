@@ -119,11 +119,11 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
                     "stale stages that do not run through the orchestrator feed the items to submit",
                     [f"{name}: run `dvc repro {name}` first" for name in stale_plain],
                 )
-            fps = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root))
+            fps = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root), every_stage=True)
             prints = {name: fps.of(name) for name in order}
             outs, deps = {}, {}
             for name in order:
-                outs[name], deps[name] = _files(repo, root, name)
+                outs[name], deps[name] = _files(fps.stage(name), root)
     except DvcException as exc:
         raise PipelineError("DVC cannot work out what is stale", stages.dvc_problems(exc)) from exc
     plans = {name: ws.plan(ws.jobs[name]) for name in order}
@@ -282,9 +282,8 @@ def _stale_in_order(repo, ws: Workspace, targets: Sequence[str], force: bool = F
     return orchestrated, plain
 
 
-def _files(repo, root: Path, name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(outs, deps) of an item, relative to the project root."""
-    (stage,) = repo.stage.collect(name)
+def _files(stage, root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(outs, deps) of an item's DVC stage, relative to the project root."""
     rel = lambda entry: os.path.normpath(os.path.relpath(os.path.join(stage.wdir, entry.def_path), root))  # noqa: E731
     return tuple(rel(o) for o in stage.outs), tuple(rel(d) for d in stage.deps)
 

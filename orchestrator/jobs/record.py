@@ -54,7 +54,7 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
         with contextlib.chdir(root), Repo(str(root)) as repo, lock_repo(repo):
             chosen = _chosen(repo, ws, targets)
             stale = set(repo.status(targets=[s.addressing for s in chosen] or None)) if chosen else set()
-            prints = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root))
+            prints = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root), every_stage=True)
             latest = {}
             for stage in chosen:
                 if stage.addressing not in stale:

@@ -6,6 +6,7 @@ are (never one per job), and the answers are written back to the ledger.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 from collections.abc import Sequence
@@ -97,14 +98,30 @@ def _matches(item: str, targets: Sequence[str]) -> bool:
 def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row]:
     """Current state of the items' newest jobs: one sacct call for all Slurm jobs."""
     histories = _histories(root, targets)
+    return _rows(root, "", histories, _query(root, runner, [histories]))
+
+
+def refresh_all(workspaces: Sequence[tuple[Path, str]], runner: Runner) -> list[Row]:
+    """:func:`refresh` of several workspaces (a sweep's copies), one sacct call for all;
+    each workspace's rows have its label before their item names."""
+    histories = [_histories(root, ()) for root, _ in workspaces]
+    found = _query(workspaces[0][0], runner, histories) if workspaces else {}
+    return [row for (root, label), hs in zip(workspaces, histories, strict=True) for row in _rows(root, label, hs, found)]
+
+
+def _query(root: Path, runner: Runner, histories: Sequence[dict[str, ledger.ItemLedger]]) -> dict[str, JobInfo]:
+    newest = [h.records[-1] for hs in histories for h in hs.values() if h.records]
+    live = [r.job_id for r in newest if r.backend == "slurm" and not r.state.final]
+    if not live:
+        return {}
+    try:
+        return backends.SbatchBackend(root, runner, None).query(live)
+    except backends.SchedulerError:
+        return {}  # show what the ledger knows; the next refresh asks again
+
+
+def _rows(root: Path, label: str, histories: dict[str, ledger.ItemLedger], found: dict[str, JobInfo]) -> list[Row]:
     records = {item: history.records[-1] for item, history in histories.items() if history.records}
-    live = [r.job_id for r in records.values() if r.backend == "slurm" and not r.state.final]
-    found: dict[str, JobInfo] = {}
-    if live:
-        try:
-            found = backends.SbatchBackend(root, runner, None).query(live)
-        except backends.SchedulerError:
-            found = {}  # show what the ledger knows; the next refresh asks again
     book = ledger.Ledger(root)
     peaks: dict[str, float | None] = {}
     rows = [
@@ -145,7 +162,8 @@ def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row
                 recovered=_recovery_note(histories[item].recovery),
             )
         )
-    return sorted(rows, key=lambda r: r.item)
+    rows = sorted(rows, key=lambda r: r.item)
+    return [dataclasses.replace(r, item=f"{label} {r.item}") for r in rows] if label else rows
 
 
 def _mfu(root: Path, rec: ledger.Record, peaks: dict[str, float | None]) -> float | None:

@@ -188,14 +188,22 @@ def record_points(root: Path, cluster: str | None, runner: Runner, name: str, sa
         if not copy.is_dir():
             found.failed.append((point.name, f"its copy {point.folder} is gone: run the sweep again"))
             continue
-        result = record.record(copy, cluster, runner, sweep.targets, say=lambda line: None)
+        try:
+            result = record.record(copy, cluster, runner, sweep.targets, say=lambda line: None)
+        except OrchestratorError as exc:  # one point's trouble (its copy damaged by hand, say) stops no other
+            found.failed.append((point.name, exc.headline))
+            continue
         if result.failed:
             found.failed.append((point.name, "; ".join(f"{item}: {why}" for item, why in result.failed)))
             continue
         if result.unfinished:
             found.unfinished.append((point.name, "; ".join(f"{item}: {why}" for item, why in result.unfinished)))
             continue
-        _save_experiment(copy, point.name, runner)
+        try:
+            _save_experiment(copy, point.name, runner)
+        except OrchestratorError as exc:
+            found.failed.append((point.name, exc.headline))
+            continue
         points[i] = Point(point.name, point.overrides, point.folder, saved=True)
         Sweep(sweep.name, sweep.baseline, sweep.sets, sweep.targets, tuple(points)).save(root)
         _git(runner, root, "worktree", "remove", "--force", str(copy))

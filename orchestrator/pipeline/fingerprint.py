@@ -62,19 +62,28 @@ class Fingerprinter:
     dependencies and their hashes.
     """
 
-    def __init__(self, root: Path, repo, script_of: Callable[[str], str], outputs: dict[str, str]) -> None:
+    def __init__(self, root: Path, repo, script_of: Callable[[str], str], outputs: dict[str, str], every_stage: bool = False) -> None:
         self.root = root
         self.repo = repo
         self.script_of = script_of
         self.outputs = outputs
         self._memo: dict[str, str] = {}
+        # Many items: DVC's stages once, by name. `repo.stage.collect` reads dvc.yaml and
+        # params.yaml again per call, which made fingerprinting 1,000 items quadratic.
+        self._stages = {s.addressing: s for s in repo.index.stages} if every_stage else {}
+
+    def stage(self, name: str):
+        if name in self._stages:
+            return self._stages[name]
+        (stage,) = self.repo.stage.collect(name)
+        return stage
 
     def of(self, name: str, _chain: tuple[str, ...] = ()) -> str:
         if name in self._memo:
             return self._memo[name]
         if name in _chain:
             raise PipelineError(f"dependency cycle through {' -> '.join((*_chain, name))}")
-        (stage,) = self.repo.stage.collect(name)
+        stage = self.stage(name)
         wdir = os.path.relpath(stage.wdir, self.root)
         inputs = []
         for dep in stage.deps:

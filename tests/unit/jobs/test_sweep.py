@@ -13,7 +13,7 @@ from fakes import FakeSlurm
 from support import ACCOUNT, GIT_ENV, exp_metrics, sweep_project
 
 from orchestrator.errors import ConfigError, OrchestratorError
-from orchestrator.jobs import sweep
+from orchestrator.jobs import status, sweep
 from orchestrator.util.runner import SubprocessRunner
 
 REAL = ("git", "dvc")
@@ -81,6 +81,10 @@ def test_each_point_is_submitted_from_its_own_copy_and_saved_as_an_experiment(pr
         rec = json.loads((project / point.folder / ".orchestrator/ledger/work@0.json").read_text())["records"][0]
         assert (project / point.folder / rec["log"]).resolve().parent == (project / made.points[0].folder / ".orchestrator/logs").resolve()
     assert f"orchestrator sweep --record {made.name}" in (project / f".orchestrator/scripts/sweep-{made.name}.sbatch").read_text()
+    # status --sweep: every point's items in one table, one sacct for all
+    asked = len(slurm.runner.called("sacct"))
+    rows = status.refresh_all([(project / p.folder, p.name) for p in made.points], runner)
+    assert [r.item for r in rows] == [f"{p.name} work@0" for p in made.points] and len(slurm.runner.called("sacct")) == asked + 1
     # Again before anything ended: every job is attached to, nothing new
     before = len(slurm.runner.called("sbatch"))
     again, jobs2, _ = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], say=lines.append)
