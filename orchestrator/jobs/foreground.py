@@ -17,8 +17,8 @@ from pathlib import Path
 
 from orchestrator.config import profile
 from orchestrator.errors import ConfigError, JobFailed, PipelineError, PlanError
-from orchestrator.jobs import backends, faults, ledger, provenance
-from orchestrator.jobs.submission import Outcome, Submission, attach_or_submit
+from orchestrator.jobs import backends, experiment, faults, ledger, provenance
+from orchestrator.jobs.submission import Outcome, Submission, attach_or_submit, bring_outputs
 from orchestrator.pipeline import fingerprint, invocation, stages
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
@@ -132,10 +132,11 @@ def run_item(
     text = render.render(plan)
     script = ws.script_path(plan)
     write_script(script, text)
-    fp, outs, metrics = _identity(ws, ctx, text)
+    copy = experiment.detect(ctx.root)  # a DVC experiment's copy: its jobs are remembered in its project
+    fp, outs, metrics = _identity(ws, ctx, text, copy.normalise if copy else str)
     submission = Submission(ws, plan, script, text, fp, outs, force=force)
     backend = backend_for(plan, ws.profile, ctx.root, runner)
-    book = ledger.Ledger(ctx.root)
+    book = ledger.Ledger(ctx.root, folder=copy.ledger_dir if copy else None)
 
     scheduler = ws.profile.profile.scheduler
     while True:
@@ -174,6 +175,7 @@ def run_item(
         if fault is not None:
             hints.insert(0, f"node fault ({fault.reason}), after {scheduler.node_fault_retries} retries (scheduler.node_fault_retries)")
         raise JobFailed(f"{ctx.item}: job {record.job_id} {info.state.value} ({info.slurm_state}, exit code {info.exit_code})", hints=hints)
+    bring_outputs(submission, record)  # made in an earlier copy of this experiment
     missing = [o for o in outs if not (ctx.root / o).exists()]
     if missing:
         raise JobFailed(
@@ -224,10 +226,13 @@ def _announce(outcome: Outcome, item: str, cluster: str, plan: Plan, say) -> Non
         say(f"{item}: submitted job {rec.job_id} on {cluster} ({plan.nodes}x{plan.tasks_per_node}{avoiding}); log {rec.log}")
 
 
-def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """The item's fingerprint and, inside a DVC stage, its declared outputs and metrics files."""
+def _identity(
+    ws: Workspace, ctx: Context, text: str, normalise: Callable[[str], str] = str
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The item's fingerprint (of its scripts as ``normalise`` reads them) and, inside a DVC
+    stage, its declared outputs and metrics files."""
     if not ctx.from_dvc:
-        return fingerprint.digest(text, []), (), ()
+        return fingerprint.digest(normalise(text), []), (), ()
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
@@ -241,7 +246,7 @@ def _identity(ws: Workspace, ctx: Context, text: str) -> tuple[str, tuple[str, .
             metrics = tuple(path for path, o in zip(outs, stage.outs, strict=True) if o.metric)
 
             def script_of(name: str) -> str:
-                return text if name == ctx.item else ws.script_of(name)
+                return normalise(text if name == ctx.item else ws.script_of(name))
 
             return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
     except DvcException as exc:

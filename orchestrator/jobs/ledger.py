@@ -56,6 +56,7 @@ class Record:
     fault: str | None = None  # why it failed, when that was the hardware's fault (retried)
     fault_nodes: tuple[str, ...] = ()  # the nodes that fault names
     adopted: bool = False  # found on the scheduler after a killed submission, not seen submitted
+    workspace: str | None = None  # where the job runs, when another copy of the project than the reader's may follow it
     metrics: tuple[str, ...] = ()  # the item's metrics files (relative to the workspace), once it succeeded
 
     def log_path(self, root: Path) -> Path | None:
@@ -187,8 +188,8 @@ def _say(line: str) -> None:
 
 
 class Ledger:
-    def __init__(self, root: Path, say: Callable[[str], None] = _say) -> None:
-        self.dir = root / LEDGER_DIR
+    def __init__(self, root: Path, say: Callable[[str], None] = _say, folder: Path | None = None) -> None:
+        self.dir = folder or root / LEDGER_DIR  # a DVC experiment copy's is in its project (jobs.experiment)
         self.say = say  # where a recovered file is reported
 
     def _path(self, item: str) -> Path:

@@ -193,6 +193,7 @@ def _record(sub: Submission, backend: backends.Backend, fp: str, job_id: str, lo
         submitted_at=at,
         log=log,
         provenance=prov,
+        workspace=sub.plan.workspace,
         **more,
     )
 
@@ -264,6 +265,35 @@ def _job_of(intent: ledger.Intent, found: str, plan: Plan) -> tuple[str, str]:
     return f"{found}_{intent.array_index}", arrays.task_log(intent.log or "", found, intent.array_index)
 
 
+def bring_outputs(sub: Submission, record: ledger.Record) -> list[str]:
+    """Copy into ``sub``'s workspace the outputs that ``record``'s job made in another copy
+    of the project (an earlier run of the same DVC experiment: see :mod:`.experiment`);
+    the ones brought. Hard links where the file system allows (no second copy of a
+    checkpoint), else copies; an output the other copy lacks is left missing."""
+    if not record.workspace or os.path.realpath(record.workspace) == os.path.realpath(sub.ws.root):
+        return []
+    brought = []
+    for out in sub.missing():
+        source = Path(record.workspace) / out
+        if not os.path.lexists(source):
+            continue
+        target = sub.ws.root / out
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(source), str(target))
+        brought.append(out)
+    return brought
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def remove_stale(root: Path, outs: tuple[str, ...]) -> None:
     for out in outs:
         path = root / out
@@ -297,6 +327,7 @@ def _follow(record: ledger.Record, info: JobInfo | None, sub: Submission) -> Out
         return None
     if sub.force:
         return Outcome(record, attached=False, info=info, why_new=f"job {record.job_id} succeeded, but a new job was asked for (forced)")
+    bring_outputs(sub, record)
     missing = sub.missing()
     if missing:
         gone = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
