@@ -67,3 +67,56 @@ def test_a_detached_sweep_becomes_dvc_experiments_without_a_login_process(slurm_
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert "lr: 0.3" in (project / "params.yaml").read_text()
     assert json.loads((project / "out/m0.json").read_text())["score"] == 0.6
+
+
+SLOW_SWEEP = """\
+stages:
+  work:
+    matrix:
+      seed: [0]
+    cmd: >-
+      orchestrator run --
+      python3 -c "import json, os, time; time.sleep(25); os.makedirs('out', exist_ok=True);
+      json.dump({'lr': ${sweep.lr}, 'score': 2 * ${sweep.lr}}, open('out/m${item.seed}.json', 'w'))"
+    params: [sweep]
+    metrics:
+      - out/m${item.seed}.json:
+          cache: false
+          persist: true
+"""
+
+
+def test_an_experiment_run_again_after_its_worker_was_killed_follows_its_job(slurm_testbed, tmp_path):
+    """`dvc queue kill` stops a queued experiment's run (as a worker's death would) while its
+    Slurm job runs; the same experiment queued again (same name) follows that job instead of
+    submitting a second one, and ends with the job's metric."""
+    project = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
+    (project / "dvc.yaml").write_text(SLOW_SWEEP)
+    subprocess.run(["git", "commit", "-qam", "slow"], cwd=project, env={**os.environ, **GIT_ENV}, check=True)
+    since = time.time()
+    assert dvc(project, "exp", "run", "--queue", "-n", "again", "-S", "sweep.lr=0.3").returncode == 0
+    assert dvc(project, "queue", "start", "-j", "1").returncode == 0
+    deadline = time.time() + 120
+    while "RUNNING" not in _states(project, since):
+        assert time.time() < deadline, "the experiment's job did not start"
+        time.sleep(1)
+    killed = dvc(project, "queue", "kill", "again")
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    wait_for_queue(project, 1, timeout=120)
+    dvc(project, "queue", "remove", "--failed")
+    assert "RUNNING" in _states(project, since)  # the job outlived the experiment's run
+    assert dvc(project, "exp", "run", "--queue", "-n", "again", "-S", "sweep.lr=0.3").returncode == 0
+    assert dvc(project, "queue", "start", "-j", "1").returncode == 0
+    status = wait_for_queue(project, 1, timeout=300)
+    assert status.count("Success") == 1, status
+    assert exp_metrics(project).get("again") == 0.6
+    time.sleep(5)  # slurmdbd lists a job that just ended a little later
+    assert _states(project, since) == ["COMPLETED"]  # one job, not two
+
+
+def _states(project, since: float) -> list[str]:
+    """States of the jobs submitted from the project's experiment copies since ``since``."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))
+    argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", ACCOUNT, "--format=JobIDRaw,State,WorkDir"]
+    rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
+    return [row[1].split()[0] for row in rows if row[-1].startswith(str(project.resolve()) + "/.dvc/tmp/exps/")]
