@@ -161,9 +161,8 @@ def submit(
     active = list(dict.fromkeys(j.job_id.split("_")[0] for js in jobs.values() for j in js if j.state.active))
     ws = Workspace.open(root, cluster, runner, form="sbatch")
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
-    job = detached.RecordingJob(
-        f"orchestrator:sweep:{sweep.name}", ["orchestrator", "sweep", "--record", sweep.name], script=f"sweep-{sweep.name}.sbatch"
-    )
+    argv = ["orchestrator", "sweep", "--record", sweep.name, *(["--cluster", cluster] if cluster else [])]
+    job = detached.RecordingJob(f"orchestrator:sweep:{sweep.name}", argv, script=f"sweep-{sweep.name}.sbatch")
     recorder = detached.submit_recorder(ws, backend, job, active, now, say)
     return sweep, jobs, recorder
 
