@@ -53,7 +53,10 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
         # DVC names stages relative to the working directory: from the project, as `dvc -C`.
         with contextlib.chdir(root), Repo(str(root)) as repo, lock_repo(repo):
             chosen = _chosen(repo, ws, targets)
-            stale = set(repo.status(targets=[s.addressing for s in chosen] or None)) if chosen else set()
+            # The targets as given (all: none): DVC collects each target named apart, which
+            # for every item of a 1,000-item matrix re-read dvc.yaml a thousand times.
+            names = {s.addressing for s in chosen}
+            stale = {n for n in repo.status(targets=list(targets) or None) if n in names} if chosen else set()
             prints = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root), every_stage=True)
             latest = {}
             for stage in chosen:
