@@ -347,6 +347,7 @@ def submit_recorder(ws: Workspace, backend: backends.SbatchBackend, job: Recordi
         )
         script = ws.root / SCRIPTS_DIR / job.script
         write_script(script, text)
+        (ws.root / ".orchestrator/logs").mkdir(parents=True, exist_ok=True)  # Slurm opens the log first (a sweep submits nothing else here)
         try:
             job_id = backend.sbatch(script, ws.absolute_root, job.item)
         except backends.Refused as exc:

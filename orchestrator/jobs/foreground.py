@@ -215,10 +215,11 @@ class _RequeuedOffFailedNodes:
 
 def _announce(outcome: Outcome, item: str, cluster: str, plan: Plan, say) -> None:
     rec = outcome.record
+    state = (outcome.info.state if outcome.info else rec.state).value  # as Slurm says now, not as the ledger last saw it
     if rec.adopted and outcome.attached:
-        say(f"{item}: found job {rec.job_id} ({rec.state.value}), submitted by an interrupted earlier run; following it")
+        say(f"{item}: found job {rec.job_id} ({state}), submitted by an interrupted earlier run; following it")
     elif outcome.attached:
-        say(f"{item}: attached to job {rec.job_id} ({rec.state.value}), submitted earlier with the same script and inputs")
+        say(f"{item}: attached to job {rec.job_id} ({state}), submitted earlier with the same script and inputs")
     else:
         if outcome.why_new:
             say(f"{item}: {outcome.why_new}; submitting a new one")

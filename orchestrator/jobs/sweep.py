@@ -146,6 +146,7 @@ def submit(
     import time
 
     now = now or time.time
+    root = root.resolve()  # the copies are opened from inside themselves: a relative root would not name them
     sweep = define(root, runner, sets, targets, name)
     if Sweep.path(root, sweep.name).exists():
         earlier = Sweep.load(root, sweep.name)
@@ -176,6 +177,7 @@ class Recorded:
 
 def record_points(root: Path, cluster: str | None, runner: Runner, name: str, say: Callable[[str], None] = print) -> Recorded:
     """Record every point whose items all succeeded and save it as a DVC experiment."""
+    root = root.resolve()
     sweep = Sweep.load(root, name)
     found = Recorded()
     points = list(sweep.points)

@@ -207,11 +207,13 @@ def test_a_task_whose_node_fails_runs_again_without_that_node(slurm_testbed, tmp
         proc = subprocess.Popen(
             ["dvc", "repro"], cwd=project, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "ORCH_POLL_MAX_S": "1"}
         )
+    task = json.loads((project / ".orchestrator/ledger/work@0.json").read_text())["records"][0]["job_id"]
     deadline = time.time() + 120
-    while not (m := re.search(r"work@0: job (\d+_0) running on (node\d)", log.read_text())):
+    while not re.search(rf"work@0: (attached to job {task} \(running\)|job {task} running)", log.read_text()):
         assert proc.poll() is None and time.time() < deadline, log.read_text()
         time.sleep(0.3)
-    task, node = m.groups()
+    node = subprocess.run(["squeue", "-h", "-j", task, "-o", "%N"], capture_output=True, text=True).stdout.strip()
+    assert re.fullmatch(r"node\d", node), node
     try:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], check=True)
         deadline = time.time() + 120

@@ -47,7 +47,7 @@ def test_polling_backs_off(testbed_project):
 
 def test_attaches_to_a_running_job_with_the_same_fingerprint(testbed_project):
     run_fake(testbed_project, fake_slurm())  # job 101, completed
-    runner = fake_slurm(sbatch=ok("102\n"))
+    runner = fake_slurm(sbatch=ok("102\n"), sacct=sacct_sequence("COMPLETED"))
     outcome, lines = run_fake(testbed_project, runner)
     assert outcome.attached and outcome.record.job_id == "101"
     assert runner.called("sbatch") == []
