@@ -155,3 +155,12 @@ def test_a_damaged_ledger_file_in_a_copy_finds_its_task_of_the_shared_array(proj
     _, again, _ = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], name="grid", say=lambda _: None)
     assert again["grid-2"][0].attached and again["grid-2"][0].job_id == jobs["grid-2"][0].job_id
     assert len(slurm.runner.called("sbatch")) == before
+
+
+@pytest.mark.parametrize("name", ["bad name", "-x", "a/b", "x" * 90, ""])
+def test_a_bad_sweep_name_is_one_clear_error_and_nothing_is_made(project, name):
+    slurm = FakeSlurm()
+    with pytest.raises(ConfigError) as caught:
+        sweep.submit(project, None, SlurmAndGit(slurm), ["sweep.lr=0.1,0.2"], name=name, say=lambda _: None)
+    assert "sweep name" in caught.value.render() and "letters, digits" in caught.value.render()
+    assert slurm.runner.called("sbatch") == [] and not (project / sweep.SWEEPS_DIR).exists()
