@@ -513,6 +513,26 @@ def release_requeued(job_id: str, *updates: str) -> None:
     subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now", *updates], check=True)
 
 
+def fail_node_under(job_id: str, node: str, log: Path, repro: subprocess.Popen) -> None:
+    """Set the node under a running job DOWN (what slurmctld does when a node stops
+    answering), wait for the watching `dvc repro` to say it lost a node, lift the hold
+    Slurm puts on the requeued job, and wait for the repro to finish; the node is resumed
+    whatever happens (usually back already: ReturnToService=2)."""
+    try:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], check=True)
+        deadline = time.time() + 120
+        while "lost a node" not in log.read_text():
+            assert repro.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.5)
+        # Slurm holds a requeued job a while (BeginTime); the test does not wait it out.
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=False)
+        assert repro.wait(timeout=300) == 0, log.read_text()
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False, capture_output=True)
+        if repro.poll() is None:
+            repro.kill()
+
+
 def slurm_seconds(text: str) -> int:
     """squeue's elapsed time, [D-]H:MM:SS or M:SS, in seconds."""
     days, _, clock = text.rpartition("-")

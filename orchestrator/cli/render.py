@@ -58,6 +58,8 @@ def render(
     summary(rendered.plans)
     for group, device in sorted(rendered.devices.items()):
         click.echo(f"stage {group} on {device.accelerator.upper()}: {device.why}")
+    for line in notes(rendered.plans):
+        click.echo(f"note: {line}")
     checked = " and checked" if do_check else ""
     click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
 
@@ -92,6 +94,18 @@ def _folder_error(exc: OSError, path: Path, what: str) -> OrchestratorError:
         reason += f": {name!r}"
     todo = "give --out a folder you can write" if what == "--out" else "make it writable, or give --out a folder you can write"
     return OrchestratorError(f"{what} {str(path)!r}: cannot write the scripts there: {reason}; {todo}")
+
+
+def notes(plans, shown: int = 3) -> list[str]:
+    """One line per distinct note of the plans (fine, but worth knowing), naming its items."""
+    by_note: dict[str, list[str]] = {}
+    for p in plans:
+        for note in p.notes:
+            by_note.setdefault(note, []).append(p.item)
+    return [
+        ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "") + f": {note}"
+        for note, items in by_note.items()
+    ]
 
 
 def summary(plans, limit: int = 40) -> None:

@@ -49,6 +49,10 @@ class Partition:
     whole_node: bool = False  # allocations are whole nodes, so CPU masks apply
     qos: str | None = None
     constraint: str | None = None
+    # The CPUs (hardware threads) a job may use on one node of this partition, where its
+    # nodes are not the profile's `node` (LUMI-C's CPU nodes under the LUMI-G profile).
+    # None: the profile's node (Node.usable_cpus).
+    cpus_per_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class Scheduler:
     # Where the small job that records a detached submit's results runs (a cheap
     # CPU partition); None: run `dvc repro` yourself when the jobs end.
     service_partition: str | None = None
+    # Where CPU jobs (`orchestrator run --cpus N`: corpus preparation, tokenising) run: a
+    # partition without GPUs. None: the cluster has none here, and CPU jobs share the GPU nodes.
+    cpu_partition: str | None = None
     # A job Slurm will not start without someone acting (held, or pending for a reason
     # that never clears by itself) is reported at once; `orchestrator run` gives up
     # waiting for it after this long (the job stays queued: release or cancel it).
@@ -114,6 +121,11 @@ class Node:
     @property
     def logical_cpus(self) -> int:
         return self.cores * self.threads_per_core
+
+    @property
+    def usable_cpus(self) -> int:
+        """The CPUs (hardware threads) a job may use: a reserved core takes its threads with it."""
+        return (self.cores - len(self.reserved)) * self.threads_per_core
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - nodes are frozen and few; every item of a layout asks again
     def binding(self, tasks: int) -> binding.Binding:
@@ -300,8 +312,13 @@ def problems(p: Profile) -> list[str]:
             found.append("scheduler.partitions: a Slurm profile needs at least one partition")
         if s.default_partition not in s.partitions:
             found.append(f"scheduler.default_partition {s.default_partition!r} is not one of: {', '.join(s.partitions) or '(none)'}")
-    elif s.launcher != "local":
-        found.append(f"scheduler.launcher: a profile without Slurm (kind: none) runs jobs locally; use 'local', not {s.launcher!r}")
+        if s.cpu_partition is not None and s.cpu_partition not in s.partitions:
+            found.append(f"scheduler.cpu_partition {s.cpu_partition!r} is not one of: {', '.join(s.partitions) or '(none)'}")
+    else:
+        if s.launcher != "local":
+            found.append(f"scheduler.launcher: a profile without Slurm (kind: none) runs jobs locally; use 'local', not {s.launcher!r}")
+        if s.cpu_partition is not None:
+            found.append("scheduler.cpu_partition: a profile without Slurm (kind: none) has no partitions; leave it out")
     for what, value in [("scheduler.default_time", s.default_time)] + [
         (f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()
     ]:
@@ -327,6 +344,8 @@ def problems(p: Profile) -> list[str]:
                 found.append(f"scheduler.partitions.{key}: {what} {value!r} has characters Slurm directives cannot carry")
         if part.max_nodes < 1:
             found.append(f"scheduler.partitions.{key}.max_nodes must be at least 1")
+        if part.cpus_per_node is not None and part.cpus_per_node < 1:
+            found.append(f"scheduler.partitions.{key}.cpus_per_node must be at least 1 (leave it out for the profile's node)")
     found += _node_problems(n)
     found += _environment_problems(p)
     found += _site_problems(p)

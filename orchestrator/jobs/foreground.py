@@ -17,7 +17,7 @@ from pathlib import Path
 
 from orchestrator.config import profile
 from orchestrator.errors import ConfigError, JobFailed, PipelineError, PlanError
-from orchestrator.jobs import backends, experiment, faults, ledger, provenance
+from orchestrator.jobs import backends, experiment, faults, ledger, provenance, together
 from orchestrator.jobs.submission import Outcome, Submission, attach_or_submit, bring_outputs
 from orchestrator.pipeline import fingerprint, invocation, stages
 from orchestrator.scripts import render
@@ -137,6 +137,10 @@ def run_item(
     submission = Submission(ws, plan, script, text, fp, outs, force=force)
     backend = backend_for(plan, ws.profile, ctx.root, runner)
     book = ledger.Ledger(ctx.root, folder=copy.ledger_dir if copy else None)
+    if spec.together and ctx.from_dvc and copy is None:
+        # Not in an experiment's copy: its jobs are remembered in its project, which the
+        # siblings' submission does not know; there the items run one at a time.
+        together.start(ctx.root, ws, ctx.item, runner, plan.form, say)
 
     scheduler = ws.profile.profile.scheduler
     while True:

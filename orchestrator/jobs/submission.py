@@ -307,8 +307,23 @@ def attach(records: ledger.ItemLedger, sub: Submission, backend: backends.Backen
     """The earlier job with this fingerprint, if it is pending or running, or if it
     succeeded and its outputs are all still there (and the run is not forced)."""
     earlier = records.latest(sub.fingerprint)
-    if earlier is None or earlier.backend != backend.name or backend.name != "slurm":
-        return None  # process jobs die with the process that ran them
+    if earlier is None or earlier.backend != backend.name:
+        return None
+    if backend.name != "slurm":
+        # A process job ends with the process that ran it: only one that succeeded (here,
+        # as one of a stage's items run together) is anything to follow.
+        if earlier.state != State.COMPLETED:
+            return None
+        ended = JobInfo(
+            earlier.job_id,
+            State.COMPLETED,
+            "process",
+            earlier.exit_code,
+            elapsed_s=earlier.elapsed_s,
+            nodes=earlier.nodes,
+            nodelist=earlier.nodelist,
+        )
+        return _follow(earlier, ended, sub)
     if not (earlier.state.active or earlier.state == State.COMPLETED):
         return None
     info = backend.query([earlier.job_id]).get(earlier.job_id)

@@ -26,11 +26,17 @@ class JobSpec:
     command: tuple[str, ...]
     nodes: int = 1
     gpus_per_node: int = 1  # one task per GPU; on CPU-only profiles, processes per node
+    # A CPU job (corpus preparation, tokenising): one task per node with this many cores and
+    # no GPU, on the profile's CPU partition. None: the GPU layout above.
+    cpus: int | None = None
     time: str | None = None
     partition: str | None = None
     account: str | None = None
     binds: tuple[str, ...] = ()  # extra container binds (data directories)
     container: bool = True
+    # Start the stage's other stale items with this one (orchestrator.jobs.together): how
+    # `dvc repro` runs a matrix's items at once. Not part of the job: no script changes.
+    together: bool = False
 
 
 def _check_time(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -49,9 +55,14 @@ def run_options(f):
             "--gpus-per-node",
             "-G",
             type=click.IntRange(min=1),
-            default=1,
-            show_default=True,
-            help="GPUs per node; one task runs per GPU (CPU processes on CPU-only profiles).",
+            default=None,  # None: not given (then JobSpec's 1), so --cpus may be: they exclude each other
+            help="GPUs per node (default 1); one task runs per GPU (CPU processes on CPU-only profiles). Not with --cpus.",
+        ),
+        click.option(
+            "--cpus",
+            type=click.IntRange(min=1),
+            default=None,
+            help="A CPU job: one task per node with this many cores and no GPU, on the profile's CPU partition.",
         ),
         click.option(
             "--time", "-t", default=None, callback=_check_time, help="Time limit (Slurm format); default from params or the profile."
@@ -60,6 +71,11 @@ def run_options(f):
         click.option("--account", "-A", default=None, help="Account; default from params (orchestrator.account)."),
         click.option("--bind", "binds", multiple=True, help="Extra directory to bind into the container (repeatable)."),
         click.option("--no-container", is_flag=True, help="Run on the host even if the profile names an image."),
+        click.option(
+            "--together",
+            is_flag=True,
+            help="Start the stage's other stale items with this one (one job array on Slurm, parallel processes here).",
+        ),
         click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED),
     ]
     for option in reversed(options):
@@ -76,15 +92,23 @@ def _parser(**kwargs):  # pragma: no cover - only used through make_context
 
 
 def spec_from_options(params: dict) -> JobSpec:
+    """The spec of parsed ``run`` options; click.UsageError for options that exclude each other."""
+    if params["cpus"] is not None and params["gpus_per_node"] is not None:
+        raise click.UsageError(
+            "--cpus and --gpus-per-node exclude each other: --cpus N is a CPU job (one task per node, N cores, no GPU), "
+            "--gpus-per-node G runs G tasks per node, one per GPU; give one of them"
+        )
     return JobSpec(
         command=tuple(params["command"]),
         nodes=params["nodes"],
-        gpus_per_node=params["gpus_per_node"],
+        gpus_per_node=params["gpus_per_node"] or 1,
+        cpus=params["cpus"],
         time=params["time"],
         partition=params["partition"],
         account=params["account"],
         binds=tuple(params["binds"]),
         container=not params["no_container"],
+        together=params["together"],
     )
 
 
@@ -92,9 +116,9 @@ def parse_run_args(args: Sequence[str], where: str) -> JobSpec:
     """Parse the arguments after ``orchestrator run``; PipelineError starts with ``where``."""
     try:
         ctx = _parser.make_context("orchestrator run", list(args))
+        return spec_from_options(ctx.params)
     except click.ClickException as exc:
         raise PipelineError(f"{where}: {exc.format_message()}") from exc
-    return spec_from_options(ctx.params)
 
 
 def run_args_of(argv: Sequence[str]) -> list[str] | None:

@@ -31,6 +31,13 @@ class Devices:
     peak_tflops_bf16: float | None = None  # the local GPU's, when it is known
 
 
+def cpu_job(cpus: int) -> Devices:
+    """The devices of a CPU job (``orchestrator run --cpus N``): CPU, whatever its stage's
+    other items or this machine have. Its GPUs are hidden even where it has none (a CPU
+    partition's nodes), so the script says the same everywhere and nothing touches a GPU."""
+    return Devices("cpu", f"a CPU job: one task of {cpus} core(s) per node, no GPU", hide_gpus=True)
+
+
 def choose(setting: str | None, loaded: LoadedProfile, group: str, most_tasks: Callable[[], int]) -> Devices:
     """The devices of every item of stage ``group``. ``setting``: params.yaml's
     orchestrator.accelerator; ``most_tasks``: the most processes per node any item of

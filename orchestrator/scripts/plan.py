@@ -66,6 +66,7 @@ class Plan:
     nodes: int
     tasks_per_node: int
     gpus_per_node: int
+    cpus: int | None  # a CPU job's cores per task (`run --cpus`); None: the GPU layout
     accelerator: Accelerator  # where the processes run, decided per stage (scripts.devices)
     account: str | None
     partition: str | None
@@ -83,6 +84,7 @@ class Plan:
     command: tuple[str, ...]
     binding: binding.Binding | None
     problems: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # what `render` should say about a job that is fine but costly
 
     @property
     def command_line(self) -> Shell:
@@ -138,25 +140,29 @@ def make_plan(
     staging copies (None: not known, so the job runs in the workspace itself).
     ``device``: the choice for the item's stage (None: made from this item alone)."""
     p = loaded.profile
-    device = device or devices.choose(settings.accelerator, loaded, item.split("@", 1)[0], lambda: job.gpus_per_node)
+    cpus = job.cpus
+    if cpus is not None:  # CPU by what it asks for: the stage's choice (devices.choose) does not apply
+        device = devices.cpu_job(cpus)
+    else:
+        device = device or devices.choose(settings.accelerator, loaded, item.split("@", 1)[0], lambda: job.gpus_per_node)
     problems: list[str] = []
     form = form or p.scheduler.launcher
     if (form == "local") == p.uses_slurm:
         allowed = "sbatch or srun" if p.uses_slurm else "local"
         problems.append(f"form {form!r} does not fit profile {p.name!r}: use {allowed}")
-    tasks = job.gpus_per_node
-    problems += device.problems
-    problems += _resource_problems(job, p, tasks, device.accelerator)
-    problems += _lightning_problems(job, tasks)
-
+    tasks = 1 if cpus is not None else job.gpus_per_node
     account = job.account or settings.account
-    partition_name = job.partition or settings.partition or p.scheduler.default_partition
+    partition_name = _partition_name(job, p, settings)
     time = job.time or settings.time or p.scheduler.default_time
     partition = p.scheduler.partitions.get(partition_name or "")
+    problems += device.problems
+    problems += _resource_problems(job, p, tasks, device.accelerator, partition_name, partition)
+    problems += _lightning_problems(job, tasks)
+
     bound: binding.Binding | None = None
     if p.uses_slurm:
         problems += _slurm_problems(job, p, account, partition_name, partition, time)
-        if p.node.gpus and tasks <= p.node.gpus:
+        if p.node.gpus and tasks <= p.node.gpus and cpus is None:
             bound = p.node.binding(tasks)
             problems += binding.problems(bound, tasks, p.node.logical_cpus, p.node.reserved)
 
@@ -164,8 +170,10 @@ def make_plan(
     log = f"{LOG_DIR}/{name}-%j.log"
     workdir = f"{workspace}/{wdir}" if wdir else workspace
     whole_node = bool(partition and partition.whole_node)
-    cpus_per_task = min((len(c) for c in bound.cores), default=0) if bound else 0
-    sched = _scheduler_args(name, account, partition_name, partition, time, job, p, cpus_per_task, form, log) if p.uses_slurm else ()
+    cpus_per_task = cpus if cpus is not None else (min((len(c) for c in bound.cores), default=0) if bound else 0)
+    gpus = tasks if p.node.gpus and cpus is None else 0
+    layout = (tasks, gpus, cpus_per_task)
+    sched = _scheduler_args(name, account, partition_name, partition, time, job, p, layout, form, log) if p.uses_slurm else ()
     step: list[str] = []
     if p.uses_slurm:
         step.append("--kill-on-bad-exit=1")
@@ -173,8 +181,10 @@ def make_plan(
             step.append(f"--cpus-per-task={cpus_per_task}")
         if bound and whole_node:
             step.append(f"--cpu-bind={bound.srun_value}")
-        elif bound:
-            step.append("--cpu-bind=cores")  # masks only hold on whole-node allocations
+        elif bound or cpus is not None:
+            # Masks only hold on whole-node allocations; a CPU job has no GPU to sit next to,
+            # so its task gets whole cores wherever Slurm places it.
+            step.append("--cpu-bind=cores")
     for arg in sched:
         if not patterns.DIRECTIVE_SAFE.fullmatch(arg):
             problems.append(f"{arg!r} has characters a Slurm directive cannot carry (allowed: letters, digits and ._@%:/+=,-)")
@@ -208,7 +218,8 @@ def make_plan(
         log=log,
         nodes=job.nodes,
         tasks_per_node=tasks,
-        gpus_per_node=tasks if p.node.gpus or device.accelerator == "gpu" else 0,
+        gpus_per_node=0 if cpus is not None else tasks if p.node.gpus or device.accelerator == "gpu" else 0,
+        cpus=cpus,
         accelerator=device.accelerator,
         account=account if p.uses_slurm else None,
         partition=partition_name if p.uses_slurm else None,
@@ -226,6 +237,7 @@ def make_plan(
         command=job.command,
         binding=_shared(bound if whole_node else None),
         problems=tuple(problems),
+        notes=tuple(_cpu_job_notes(job, p, partition_name, partition)),
     )
 
 
@@ -244,18 +256,62 @@ def _shared(value: _T) -> _T:
     return _SHARED.setdefault(value, value)
 
 
-def _resource_problems(job: JobSpec, p: Profile, tasks: int, accelerator: Accelerator) -> list[str]:
+def _partition_name(job: JobSpec, p: Profile, settings: Settings) -> str | None:
+    if job.partition:
+        return job.partition
+    if job.cpus is not None:
+        # params' orchestrator.partition is where the GPU jobs go (the training's partition,
+        # often set per cluster): ahead of the profile's CPU partition it would put every CPU
+        # job on GPU nodes. Without a CPU partition, CPU jobs go where the GPU jobs go.
+        return p.scheduler.cpu_partition or settings.partition or p.scheduler.default_partition
+    return settings.partition or p.scheduler.default_partition
+
+
+def _resource_problems(
+    job: JobSpec, p: Profile, tasks: int, accelerator: Accelerator, partition_name: str | None, partition: Partition | None
+) -> list[str]:
     found = []
     if not p.uses_slurm and job.nodes != 1:
         found.append(
             f"asks for {job.nodes} nodes, but profile {p.name!r} runs on this one machine: use a Slurm profile (e.g. --cluster testbed)"
         )
-    if p.node.gpus:
+    if job.cpus is not None:
+        found += _cpu_problems(job.cpus, p, partition_name, partition)
+    elif p.node.gpus:
         if tasks > p.node.gpus:
             found.append(f"asks for {tasks} GPUs per node, but {p.name} nodes have {p.node.gpus}")
     elif accelerator == "cpu" and tasks > p.node.cores:
         found.append(f"asks for {tasks} processes per node, but {p.name} nodes have {p.node.cores} cores")
     return found
+
+
+def _cpu_problems(cpus: int, p: Profile, partition_name: str | None, partition: Partition | None) -> list[str]:
+    """A CPU job's cores against what one node offers (an unknown partition is reported elsewhere)."""
+    n = p.node
+    if partition and partition.cpus_per_node:
+        usable, where = partition.cpus_per_node, f"a node of partition {partition_name} has {partition.cpus_per_node} (its cpus_per_node)"
+    elif not p.uses_slurm:
+        usable, where = n.usable_cpus, f"profile {p.name!r} runs on this machine, where this process may use {n.usable_cpus} core(s)"
+    else:
+        reserved = f", {len(n.reserved)} of them reserved" if n.reserved else ""
+        usable = n.usable_cpus
+        where = f"{p.name} nodes have {usable} usable ({n.cores} cores x {n.threads_per_core} thread(s){reserved})"
+    return [f"asks for {cpus} CPUs per task (--cpus {cpus}), but {where}"] if cpus > usable else []
+
+
+def _cpu_job_notes(job: JobSpec, p: Profile, partition_name: str | None, partition: Partition | None) -> list[str]:
+    """A CPU job on a partition of GPU nodes: allowed (some clusters have no other), but it
+    keeps GPUs from the training while using none of them."""
+    gpu_nodes = p.node.gpus and (p.node.processes_on or "gpu") == "gpu"
+    if job.cpus is None or not p.uses_slurm or partition is None or not gpu_nodes or partition_name == p.scheduler.cpu_partition:
+        return []
+    held = "a whole GPU node" if partition.whole_node else "a share of a GPU node"
+    why = (
+        f"{p.name} names no CPU partition (scheduler.cpu_partition)"
+        if p.scheduler.cpu_partition is None
+        else f"not {p.name}'s CPU partition {p.scheduler.cpu_partition}"
+    )
+    return [f"a CPU job (--cpus {job.cpus}) on partition {partition_name} ({why}): it holds {held} and uses none of its GPUs"]
 
 
 def _lightning_problems(job: JobSpec, tasks: int) -> list[str]:
@@ -310,7 +366,8 @@ def _slurm_problems(
     return found
 
 
-def _scheduler_args(name, account, partition_name, partition, time, job, p, cpus_per_task, form, log) -> tuple[str, ...]:
+def _scheduler_args(name, account, partition_name, partition, time, job, p, layout, form, log) -> tuple[str, ...]:
+    tasks, gpus, cpus_per_task = layout
     args = [f"--job-name={name}"]
     if account:
         args.append(f"--account={account}")
@@ -320,9 +377,9 @@ def _scheduler_args(name, account, partition_name, partition, time, job, p, cpus
         args.append(f"--qos={partition.qos}")
     if partition and partition.constraint:
         args.append(f"--constraint={partition.constraint}")
-    args += [f"--time={time}", f"--nodes={job.nodes}", f"--ntasks-per-node={job.gpus_per_node}"]
-    if p.node.gpus:
-        args.append(f"--gpus-per-node={job.gpus_per_node}")
+    args += [f"--time={time}", f"--nodes={job.nodes}", f"--ntasks-per-node={tasks}"]
+    if gpus:
+        args.append(f"--gpus-per-node={gpus}")
     if cpus_per_task:
         args.append(f"--cpus-per-task={cpus_per_task}")
     if partition and partition.whole_node:
@@ -338,10 +395,13 @@ def _scheduler_args(name, account, partition_name, partition, time, job, p, cpus
 def _environment(
     p: Profile, job: JobSpec, item: str, tasks: int, name: str, cpus_per_task: int, device: Devices, workspace: str
 ) -> tuple[tuple[str, Shell], ...]:
-    env: list[tuple[str, Shell]] = [(k, quote_runtime(v)) for k, v in sorted(p.environment.variables.items())]
+    # A CPU job's threads are its --cpus, whatever the profile sets for the GPU jobs' tasks.
+    own_threads = job.cpus is not None
+    variables = sorted((k, v) for k, v in p.environment.variables.items() if not (own_threads and k == "OMP_NUM_THREADS"))
+    env: list[tuple[str, Shell]] = [(k, quote_runtime(v)) for k, v in variables]
     if device.hide_gpus:
         env += [(var, quote("")) for var in devices.HIDE_GPUS]
-    if "OMP_NUM_THREADS" not in p.environment.variables:
+    if own_threads or "OMP_NUM_THREADS" not in p.environment.variables:
         # One OpenMP thread per core the task owns: left unset, every task starts one
         # per core of the node, and oversubscribed OpenMP spins (10x slower steps seen
         # on a loaded 2-core machine).
@@ -395,7 +455,7 @@ def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problem
         problems.append(f"profile {p.name} names a container runtime but no image (container.image)")
         return None
     flags: list[Shell] = []
-    if c.gpu_flag and p.node.gpus:
+    if c.gpu_flag and p.node.gpus and job.cpus is None:  # a CPU job asks for no GPU to pass in
         flags.append(Shell(c.gpu_flag))
     binds: list[Shell] = [quote_runtime(b) for b in c.binds]
     binds.append(quote(workspace))

@@ -62,7 +62,8 @@ class Workspace:
             self.form,
             inputs=inputs,
             outputs=item.outputs,
-            device=self.device(job, staged),
+            # A CPU job (run --cpus) is CPU by what it asks for; the stage's choice is for GPU layouts.
+            device=None if job.spec.cpus is not None else self.device(job, staged),
         )
 
     def know(self, jobs: Sequence[stages.Job]) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, ROOT, dvc, jobs_of, make_project, release_requeued, run_orchestrator
+from support import ACCOUNT, ROOT, dvc, fail_node_under, jobs_of, make_project, release_requeued, run_orchestrator
 
 pytestmark = pytest.mark.slurm
 
@@ -214,18 +214,7 @@ def test_a_task_whose_node_fails_runs_again_without_that_node(slurm_testbed, tmp
         time.sleep(0.3)
     node = subprocess.run(["squeue", "-h", "-j", task, "-o", "%N"], capture_output=True, text=True).stdout.strip()
     assert re.fullmatch(r"node\d", node), node
-    try:
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], check=True)
-        deadline = time.time() + 120
-        while "lost a node" not in log.read_text():
-            assert proc.poll() is None and time.time() < deadline, log.read_text()
-            time.sleep(0.5)
-        subprocess.run(["scontrol", "update", f"jobid={task}", "StartTime=now"], check=False)
-        assert proc.wait(timeout=300) == 0, log.read_text()
-    finally:
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False, capture_output=True)
-        if proc.poll() is None:
-            proc.kill()
+    fail_node_under(task, node, log, proc)
     runs = _task_runs(task)
     assert [r[0] for r in runs] == ["NODE_FAIL", "COMPLETED"] and runs[0][1] == node and runs[1][1] != node, runs
     rec = json.loads((project / ".orchestrator/ledger/work@0.json").read_text())["records"][-1]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, dvc, jobs_of, make_project
+from support import ACCOUNT, dvc, fail_node_under, jobs_of, make_project
 
 from orchestrator.jobs import ledger
 
@@ -251,21 +251,7 @@ def test_node_set_down_under_a_running_job_reruns_it_elsewhere(slurm_testbed, tm
             ["dvc", "repro"], cwd=project, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "ORCH_POLL_MAX_S": "1"}
         )
     job, node = node_of_running_job(log, proc)
-    try:
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], check=True)
-        deadline = time.time() + 120
-        while "lost a node" not in log.read_text():
-            assert proc.poll() is None and time.time() < deadline, log.read_text()
-            time.sleep(0.5)
-        # Slurm holds a requeued job a while (BeginTime); the test does not wait it out.
-        subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], check=False)
-        assert proc.wait(timeout=300) == 0, log.read_text()
-    finally:
-        subprocess.run(
-            ["scontrol", "update", f"nodename={node}", "state=resume"], check=False, capture_output=True
-        )  # usually back already (ReturnToService=2)
-        if proc.poll() is None:
-            proc.kill()
+    fail_node_under(job, node, log, proc)
     runs = sacct_runs(job)
     assert [r[1] for r in runs] == ["NODE_FAIL", "COMPLETED"] and runs[0][2] == node and runs[1][2] != node, runs
     (rec,) = ledger.Ledger(project).records("work@a")

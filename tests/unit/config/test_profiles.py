@@ -183,3 +183,41 @@ def test_a_compile_cache_that_runs_a_command_is_refused(tmp_path):
     with pytest.raises(ProfileError) as err:
         profile.load(write(tmp_path, text))
     assert "storage.compile_cache" in err.value.render()
+
+
+# --- CPU jobs: the partition they run on -------------------------------------------------------
+
+
+def test_builtin_cpu_partitions():
+    """LUMI-C's `small` for lumi (its nodes counted apart from LUMI-G's), the testbed's one
+    partition; none on the GPU-only clusters, and none without Slurm."""
+    lumi = profile.load("lumi").profile.scheduler
+    assert lumi.cpu_partition == "small"
+    small = lumi.partitions["small"]
+    assert (small.max_nodes, small.max_time, small.whole_node, small.cpus_per_node) == (4, "3-00:00:00", False, 256)
+    assert profile.load("testbed").profile.scheduler.cpu_partition == "debug"
+    for name in ["frontier", "juwels-booster", "generic-nvidia", "local"]:
+        assert profile.load(name).profile.scheduler.cpu_partition is None, name
+
+
+def test_usable_cpus_leave_out_the_reserved_cores_and_their_threads():
+    assert profile.load("lumi").profile.node.usable_cpus == 112  # 56 cores x 2 threads: low-noise mode keeps 8
+    assert profile.load("testbed").profile.node.usable_cpus == 8
+
+
+def test_cpu_partition_must_be_a_listed_partition(tmp_path):
+    text = MINIMAL.replace("default_partition: gpu", "default_partition: gpu\n  cpu_partition: cpu").replace(
+        "whole_node: true}", 'whole_node: true}\n    small: {max_nodes: 1, max_time: "01:00:00", cpus_per_node: 0}'
+    )
+    with pytest.raises(ProfileError) as err:
+        profile.load(write(tmp_path, text))
+    problems = err.value.problems
+    assert "scheduler.cpu_partition 'cpu' is not one of: gpu, small" in problems
+    assert "scheduler.partitions.small.cpus_per_node must be at least 1 (leave it out for the profile's node)" in problems
+
+
+def test_cpu_partition_needs_slurm(tmp_path):
+    text = profile.load("local").text.replace("  launcher: local\n", "  launcher: local\n  cpu_partition: small\n")
+    with pytest.raises(ProfileError) as err:
+        profile.load(write(tmp_path, text))
+    assert err.value.problems == ("scheduler.cpu_partition: a profile without Slurm (kind: none) has no partitions; leave it out",)

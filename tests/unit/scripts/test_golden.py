@@ -1,4 +1,5 @@
-"""Golden scripts: one per cluster profile and script form, compared byte for byte.
+"""Golden scripts: one per cluster profile and script form, compared byte for byte, and a
+CPU job (`orchestrator run --cpus N`: a shard of corpus preparation) on lumi, testbed and local.
 
 A template or plan change that alters a script fails here. If the change is
 intended, update the goldens and review their diff like code:
@@ -33,6 +34,11 @@ def cases():
             yield name, form
 
 
+# (profile, form, cores per task): lumi's on its CPU partition (LUMI-C's `small`), the
+# testbed's on its one partition, local's as one process.
+CPU_CASES = [("lumi", "sbatch", 16), ("testbed", "sbatch", 4), ("local", "local", 2)]
+
+
 def golden_plan(name, form):
     p = profile.load(name)
     nodes = 2 if p.profile.uses_slurm else 1
@@ -49,12 +55,29 @@ def golden_plan(name, form):
     return make_plan(spec, "benchmark@pydoc-base-device_cfg4", "", p, settings, "/work/project", form, inputs=inputs, outputs=outputs)
 
 
+def cpu_plan(name, form, cpus):
+    loaded = profile.load(name)
+    spec = JobSpec(command=("python", "-m", "experiments.lm.prepare", "--shard", "3", "--output", "data/tokens/shard 3"), cpus=cpus)
+    settings = params.Settings(account=ACCOUNTS.get(name), image="site" if loaded.profile.container.runtime else None)
+    inputs, outputs = ("data/corpus", "params.yaml"), ("data/tokens/shard 3",)
+    return make_plan(spec, "prepare@3", "", loaded, settings, "/work/project", form, inputs=inputs, outputs=outputs)
+
+
 @pytest.mark.parametrize(("name", "form"), list(cases()))
 def test_golden(name, form, update_goldens):
     plan = golden_plan(name, form)
     assert plan.problems == ()
-    text = render.render(plan)
-    path = GOLDEN / f"{name}.{form}.sh"
+    compare(render.render(plan), GOLDEN / f"{name}.{form}.sh", update_goldens)
+
+
+@pytest.mark.parametrize(("name", "form", "cpus"), CPU_CASES)
+def test_cpu_job_golden(name, form, cpus, update_goldens):
+    plan = cpu_plan(name, form, cpus)
+    assert plan.problems == () and plan.notes == ()
+    compare(render.render(plan), GOLDEN / f"{name}.cpu.{form}.sh", update_goldens)
+
+
+def compare(text, path, update_goldens):
     if update_goldens:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
@@ -63,7 +86,7 @@ def test_golden(name, form, update_goldens):
 
 
 def test_no_stale_goldens():
-    expected = {f"{name}.{form}.sh" for name, form in cases()}
+    expected = {f"{name}.{form}.sh" for name, form in cases()} | {f"{name}.cpu.{form}.sh" for name, form, _ in CPU_CASES}
     assert {p.name for p in GOLDEN.glob("*.sh")} == expected
 
 
