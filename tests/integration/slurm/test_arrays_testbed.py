@@ -44,11 +44,11 @@ def shared_profile(where: Path, service_partition: str | None = "debug") -> Path
     return path
 
 
-def sweep(where: Path, count: int, profile: Path, **settings) -> Path:
+def sweep(where: Path, count: int, profile: Path, run: str = "--nodes 1 --gpus-per-node 1", **settings) -> Path:
     stages = {
         "work": {
             "matrix": {"i": list(range(count))},
-            "cmd": "orchestrator run --nodes 1 --gpus-per-node 1 -- python3 work.py ${item.i}",
+            "cmd": f"orchestrator run {run} -- python3 work.py ${{item.i}}",
             "deps": ["work.py"],
             "outs": [{"out/${item.i}": {"persist": True}}],
         }
@@ -100,6 +100,21 @@ def test_a_sweep_is_one_array_recorded_in_dvc(slurm_testbed, tmp_path):
     # a second submit finds everything done: nothing new
     again = run_orchestrator("submit", cwd=project)
     assert again.returncode == 0 and sbatch_count(project) == 2, again.stderr
+
+
+def test_dvc_repro_runs_a_stage_together_as_one_array(slurm_testbed, tmp_path):
+    """`orchestrator run --together` (here CPU jobs): the first item's run submits the
+    stage's stale items as one array; DVC's runs of the others attach to their tasks."""
+    project = sweep(tmp_path / "p", 6, shared_profile(tmp_path, service_partition=None), run="--cpus 1 --together")
+    done = dvc(project, "repro", timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sbatch_count(project) == 1, done.stderr  # one array, no job of its own per item
+    assert ": 6 items (work@0 ... work@5)" in done.stderr, done.stderr
+    assert done.stderr.count("attached to job") >= 5, done.stderr
+    assert collections.Counter((project / "runs.log").read_text().split()) == {str(i): 1 for i in range(6)}
+    assert dvc(project, "status").stdout.strip() == "Data and pipelines are up to date."
+    script = next((project / ".orchestrator/arrays/scripts").glob("*.sbatch")).read_text()
+    assert "--cpus-per-task=1" in script and "--gpus-per-node" not in script
 
 
 def test_cancelling_one_item_cancels_its_task_only(slurm_testbed, tmp_path):

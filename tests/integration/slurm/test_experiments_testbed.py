@@ -67,3 +67,74 @@ def test_a_detached_sweep_becomes_dvc_experiments_without_a_login_process(slurm_
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert "lr: 0.3" in (project / "params.yaml").read_text()
     assert json.loads((project / "out/m0.json").read_text())["score"] == 0.6
+
+
+SLOW_SWEEP = """\
+stages:
+  work:
+    matrix:
+      seed: [0]
+    cmd: >-
+      orchestrator run --
+      python3 -c "import json, os, time; time.sleep(40); os.makedirs('out', exist_ok=True);
+      json.dump({'lr': ${sweep.lr}, 'score': 2 * ${sweep.lr}}, open('out/m${item.seed}.json', 'w'))"
+    params: [sweep]
+    metrics:
+      - out/m${item.seed}.json:
+          cache: false
+          persist: true
+"""
+
+
+def test_an_experiment_run_again_after_its_worker_was_killed_follows_its_job(slurm_testbed, tmp_path):
+    """`dvc queue kill` stops a queued experiment's run (as a worker's death would) while its
+    Slurm job runs; the same experiment queued again (same name) follows that job instead of
+    submitting a second one, and ends with the job's metric."""
+    project = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
+    (project / "dvc.yaml").write_text(SLOW_SWEEP)
+    subprocess.run(["git", "commit", "-qam", "slow"], cwd=project, env={**os.environ, **GIT_ENV}, check=True)
+    since = time.time()
+    assert dvc(project, "exp", "run", "--queue", "-n", "again", "-S", "sweep.lr=0.3").returncode == 0
+    _start_worker(project)
+    deadline = time.time() + 180
+    while not (running := _running(project)):
+        assert time.time() < deadline, "the experiment's job did not start"
+        time.sleep(1)
+    killed = dvc(project, "queue", "kill", "again")
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    wait_for_queue(project, 1, timeout=120)
+    dvc(project, "queue", "remove", "--failed")
+    assert _running(project) == running  # the job outlived the experiment's run
+    assert dvc(project, "exp", "run", "--queue", "-n", "again", "-S", "sweep.lr=0.3").returncode == 0
+    assert dvc(project, "queue", "start", "-j", "1").returncode == 0
+    status = wait_for_queue(project, 1, timeout=300)
+    assert status.count("Success") == 1, status
+    assert exp_metrics(project).get("again") == 0.6
+    time.sleep(5)  # slurmdbd lists a job that just ended a little later
+    assert _states(project, since) == [(running[0], "COMPLETED")]  # that job, and no second one
+
+
+def _start_worker(project) -> None:
+    """`dvc queue start -j 1`, returning at once: the worker it leaves behind inherits its
+    output, so a captured `dvc queue start` returns only when the worker has ended."""
+    env = {**os.environ, "ORCH_POLL_MAX_S": "2", **GIT_ENV}
+    started = subprocess.run(
+        ["dvc", "queue", "start", "-j", "1"], cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    assert started.returncode == 0
+
+
+def _running(project) -> list[str]:
+    """The running jobs of the project's experiment copies, as squeue says at once (slurmdbd
+    may list a short job's start only when it has ended)."""
+    rows = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i %Z"], capture_output=True, text=True, check=True).stdout
+    copies = str(project.resolve()) + "/.dvc/tmp/exps/"
+    return [job for job, workdir in (line.split(maxsplit=1) for line in rows.splitlines()) if workdir.startswith(copies)]
+
+
+def _states(project, since: float) -> list[tuple[str, str]]:
+    """States of the jobs submitted from the project's experiment copies since ``since``."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))
+    argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", ACCOUNT, "--format=JobIDRaw,State,WorkDir"]
+    rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
+    return [(row[0], row[1].split()[0]) for row in rows if row[-1].startswith(str(project.resolve()) + "/.dvc/tmp/exps/")]
