@@ -166,7 +166,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="orch-overhead-") as td:
         tmp = Path(td)
         os.chdir(tmp)  # DVCLive outside any Git or DVC project
-        data = lm_data.load(lm_data.DEFAULT_SOURCE, args.seq_len, cache_dir=tmp / "tokenizer")
+        data = lm_data.load(lm_data.DEFAULT_SOURCE, args.seq_len, tokenizer_dir=tmp / "tokenizer")
         print(
             f"model={args.model} batch={args.batch_size} seq_len={args.seq_len} steps={args.steps} (warm-up {args.warmup}) "
             f"tokenizer={data.tokenizer} threads={torch.get_num_threads()}; median s/step per repeat\n"

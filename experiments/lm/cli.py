@@ -1,7 +1,7 @@
 """Pretrain a GPT-style causal language model with PyTorch Lightning, optionally with the goldfish loss.
 
 Writes into --output: model/model.ckpt (the final weights) and, with the BPE
-tokeniser, model/tokenizer/ (trained on the run's text; needed to read the model's
+tokeniser, model/tokenizer/ (the corpus's tokenizer.json; needed to read the model's
 tokens); metrics.json (losses, perplexity, throughput, MFU, memory, data wait,
 layout); dvclive/ (per-step curves for ``dvc plots``). On the requeue signal it
 writes model/requeue.ckpt and exits 75; run again, it resumes from there and ends
@@ -31,7 +31,8 @@ STRATEGIES = ("auto", "ddp", "fsdp")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m experiments.lm", description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=lm_data.DEFAULT_SOURCE, help=f"text to train on: {lm_data.VALID_SOURCES}")
+    data_help = f"text to train on: a folder experiments.lm.prepare wrote, or {lm_data.VALID_SOURCES}"
+    parser.add_argument("--data", default=lm_data.DEFAULT_SOURCE, help=data_help)
     parser.add_argument("--model", choices=gpt.names(), default="tiny")
     parser.add_argument("--num-nodes", type=positive, default=1)
     parser.add_argument("--devices", type=positive, default=1, help="processes per node: GPUs, or CPU processes")
@@ -51,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--goldfish-k", type=int, default=0, help="leave about 1 in k tokens out of the loss; 0: plain loss")
     parser.add_argument("--goldfish-h", type=int, default=goldfish.DEFAULT_H, help="tokens of context the goldfish hash reads")
-    parser.add_argument("--tokenizer", choices=tokenizer.KINDS, default="auto", help="auto: BPE when `tokenizers` is installed, else bytes")
-    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (the data is in memory)")
+    tokenizer_help = "auto: a prepared corpus's; for raw text BPE when `tokenizers` is installed, else bytes"
+    parser.add_argument("--tokenizer", choices=tokenizer.KINDS, default="auto", help=tokenizer_help)
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (each maps the token files itself)")
     parser.add_argument(
         "--activation-checkpointing", action="store_true", help="recompute each block's activations in the backward: larger batches fit"
     )
@@ -125,7 +127,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     args = parse_args(parser, argv)
     run = Run(args, callbacks)
     try:
-        # Every process reads and tokenises the data itself: identical, and before any process group.
+        # Every process opens the corpus itself, before any process group; the first on a node prepares a raw source.
         data = lm_data.load(args.data, args.seq_len, args.tokenizer, args.output / "model" / "tokenizer")
     except ValueError as e:
         parser.error(str(e))
@@ -152,7 +154,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
             "strategy": args.strategy,
             "data": args.data,
             "data_fingerprint": data.fingerprint,
-            "train_tokens": data.train.numel(),
+            "train_tokens": data.train_tokens,
             "tokenizer": data.tokenizer,
             "vocab_size": data.vocab_size,
             "goldfish_k": args.goldfish_k,

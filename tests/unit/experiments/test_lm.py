@@ -72,7 +72,18 @@ def test_flops_per_token_is_6n_plus_attention():
 # --- data --------------------------------------------------------------------------------------
 
 
-TEXT = "".join(f"Line {i}: the quick brown fox jumps over the lazy dog, again and again.\n" for i in range(400))
+# Documents of four lines, a blank line between them: a .txt of many documents, so both splits get some.
+DOCS = [
+    "".join(f"Line {i}: the quick brown fox jumps over the lazy dog, again and again.\n" for i in range(j, j + 4)) for j in range(0, 400, 4)
+]
+TEXT = "\n".join(DOCS)
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    """Raw sources are prepared into $XDG_CACHE_HOME/orchestrator-lm: here, one per test."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    return tmp_path / "xdg-cache" / "orchestrator-lm"
 
 
 def _load(source: Path | str, tokenizer: str = "bytes", **kwargs):
@@ -86,40 +97,63 @@ def _jsonl(path: Path, texts: list[str]) -> Path:
     return path
 
 
-def _halves() -> list[str]:
-    return [TEXT[: len(TEXT) // 2], TEXT[len(TEXT) // 2 :]]
+def _halves() -> list[list[str]]:
+    return [DOCS[: len(DOCS) // 2], DOCS[len(DOCS) // 2 :]]
+
+
+def _stream(texts: list[str], split: str) -> bytes:
+    """The bytes tokeniser's stream of a split: its documents in order, each followed by the separator."""
+    from experiments.lm.sources import split_of
+
+    return b"".join(t.rstrip("\n").encode() + b"\n\n" for t in texts if split_of(t.rstrip("\n")) == split)
+
+
+def _rows(rows) -> list[list[int]]:
+    return [rows[i].tolist() for i in range(len(rows))]
 
 
 def test_text_jsonl_and_folders_give_the_same_rows(tmp_path):
-    """The same text through each reader: .txt, .jsonl, and a folder holding both kinds."""
+    """The same documents through each reader: .txt, .jsonl, and a folder holding both kinds."""
     require_training()
-    import torch
-
     (tmp_path / "one.txt").write_text(TEXT)
     folder = tmp_path / "folder"
     (folder / "sub").mkdir(parents=True)
-    (folder / "a.txt").write_text(_halves()[0])
-    _jsonl(folder / "sub" / "b.jsonl", [_halves()[1]])
+    (folder / "a.txt").write_text("\n".join(_halves()[0]))
+    _jsonl(folder / "sub" / "b.jsonl", [d.rstrip("\n") for d in _halves()[1]])
     (folder / "ignored.csv").write_text("not,text\n")
     text = _load(tmp_path / "one.txt")
-    jsonl = _load(_jsonl(tmp_path / "two.jsonl", _halves()))
+    jsonl = _load(_jsonl(tmp_path / "two.jsonl", [d.rstrip("\n") for d in DOCS]))
     both = _load(folder)
-    assert text.seq_len == 32 and text.train.shape[1] == 33 and text.vocab_size == 256 and text.tokenizer == "bytes"
+    assert text.seq_len == 32 and text.train[0].shape == (33,) and text.vocab_size == 256 and text.tokenizer == "bytes"
     assert len(text.train) > 5 * len(text.val) > 0
-    # The folder and the jsonl join the same two documents with the same separator.
-    assert torch.equal(jsonl.train, both.train) and jsonl.fingerprint == both.fingerprint
-    assert bytes(text.train[0].tolist()).decode() == TEXT[:33]
+    assert text.train_tokens == len(text.train) * 33
+    # A .txt document loses the newlines that end it: the three readers give the same documents.
+    assert _rows(jsonl.train) == _rows(both.train) == _rows(text.train) and jsonl.fingerprint == both.fingerprint == text.fingerprint
+    train, val = _stream(DOCS, "train"), _stream(DOCS, "val")
+    assert bytes(text.train[0].tolist()) == train[:33] and bytes(text.train[1].tolist()) == train[33:66]
+    assert bytes(text.val[0].tolist()) == val[:33] and len(text.val) == len(val) // 33
 
 
 def test_parquet_reads_its_text_column(tmp_path):
     require_training()
     import pyarrow as pa  # the test extra installs it
     import pyarrow.parquet as pq
-    import torch
 
-    pq.write_table(pa.table({"text": _halves(), "n": [1, 2]}), tmp_path / "d.parquet")
-    expected = _load(_jsonl(tmp_path / "d.jsonl", _halves()))
-    assert torch.equal(_load(tmp_path / "d.parquet").train, expected.train)
+    texts = [d.rstrip("\n") for d in DOCS]
+    pq.write_table(pa.table({"text": texts, "n": list(range(len(texts)))}), tmp_path / "d.parquet", row_group_size=7)
+    expected = _load(_jsonl(tmp_path / "d.jsonl", texts))
+    assert _rows(_load(tmp_path / "d.parquet").train) == _rows(expected.train)
+
+
+class SlicedDataset(FakeDataset):
+    """What our reader uses of a `datasets` Dataset: also num_rows, and rows by a slice (a dict of columns)."""
+
+    @property
+    def num_rows(self):
+        return len(next(iter(self.values())))
+
+    def __getitem__(self, key):
+        return {name: column[key] for name, column in self.items()} if isinstance(key, slice) else super().__getitem__(key)
 
 
 def test_saved_datasets_folders_read_their_text_column(tmp_path, monkeypatch):
@@ -128,8 +162,6 @@ def test_saved_datasets_folders_read_their_text_column(tmp_path, monkeypatch):
     against datasets 5.2 in a separate environment when this was written.)"""
     require_training()
     import types
-
-    import torch
 
     from experiments.lm.data import DataError
 
@@ -140,18 +172,19 @@ def test_saved_datasets_folders_read_their_text_column(tmp_path, monkeypatch):
 
     fake = types.SimpleNamespace(load_from_disk=load_from_disk, DatasetDict=FakeDatasetDict)
     monkeypatch.setitem(sys.modules, "datasets", fake)
-    expected = _load(_jsonl(tmp_path / "d.jsonl", _halves()))
+    texts = [d.rstrip("\n") for d in DOCS]
+    expected = _load(_jsonl(tmp_path / "d.jsonl", texts))
     (tmp_path / "saved").mkdir()
     (tmp_path / "saved" / "state.json").write_text("{}")
-    saved[str(tmp_path / "saved")] = FakeDataset(text=_halves(), n=[1, 2])
+    saved[str(tmp_path / "saved")] = SlicedDataset(text=texts, n=list(range(len(texts))))
     (tmp_path / "saved-dict").mkdir()
     (tmp_path / "saved-dict" / "dataset_dict.json").write_text("{}")
-    saved[str(tmp_path / "saved-dict")] = FakeDatasetDict(test=FakeDataset(text=["x"]), train=FakeDataset(text=_halves()))
-    assert torch.equal(_load(tmp_path / "saved").train, expected.train)
-    assert torch.equal(_load(tmp_path / "saved-dict").train, expected.train)
+    saved[str(tmp_path / "saved-dict")] = FakeDatasetDict(test=SlicedDataset(text=["x"]), train=SlicedDataset(text=texts))
+    assert _rows(_load(tmp_path / "saved").train) == _rows(expected.train)
+    assert _rows(_load(tmp_path / "saved-dict").train) == _rows(expected.train)
     (tmp_path / "no-text").mkdir()
     (tmp_path / "no-text" / "state.json").write_text("{}")
-    saved[str(tmp_path / "no-text")] = FakeDataset(body=["x"])
+    saved[str(tmp_path / "no-text")] = SlicedDataset(body=["x"])
     with pytest.raises(DataError, match=r"no column 'text'; columns: body"):
         _load(tmp_path / "no-text")
 
@@ -159,18 +192,20 @@ def test_saved_datasets_folders_read_their_text_column(tmp_path, monkeypatch):
 def test_missing_readers_and_bad_files_are_clear_errors(tmp_path, monkeypatch):
     require_training()
     from experiments.lm.data import DataError
+    from experiments.lm.sources import split_of
 
     (tmp_path / "d.parquet").write_bytes(b"PAR1")
     saved = tmp_path / "saved"
     saved.mkdir()
     (saved / "state.json").write_text("{}")
-    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import fails as if not installed
-    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(DataError, match=r"reading \.parquet needs pyarrow, which is not installed"):
-        _load(tmp_path / "d.parquet")
-    with pytest.raises(DataError, match=r"a Hugging Face `datasets` folder, and the datasets package is not installed"):
-        _load(saved)
+    with monkeypatch.context() as patch:
+        patch.setitem(sys.modules, "pyarrow", None)  # import fails as if not installed
+        patch.setitem(sys.modules, "pyarrow.parquet", None)
+        patch.setitem(sys.modules, "datasets", None)
+        with pytest.raises(DataError, match=r"reading \.parquet needs pyarrow, which is not installed"):
+            _load(tmp_path / "d.parquet")
+        with pytest.raises(DataError, match=r"a Hugging Face `datasets` folder, and the datasets package is not installed"):
+            _load(saved)
     (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"body": "no text"}\n')
     with pytest.raises(DataError, match=r"bad\.jsonl:2: no string field 'text'"):
         _load(tmp_path / "bad.jsonl")
@@ -179,37 +214,48 @@ def test_missing_readers_and_bad_files_are_clear_errors(tmp_path, monkeypatch):
         _load(tmp_path / "notes.md")
     with pytest.raises(DataError, match=r"no such file or folder; give pydoc-topics"):
         _load(tmp_path / "absent.txt")
-    (tmp_path / "short.txt").write_text(TEXT[:1030])  # two blocks, one of 6 characters
-    with pytest.raises(DataError, match=r"the (training|validation) split \(\d+ characters\) holds no sequence of 33 tokens"):
-        _load(tmp_path / "short.txt")
+    (tmp_path / "one.txt").write_text(TEXT.replace("\n\n", "\n"))  # no blank line: one document, one split
+    one = "train" if split_of(TEXT.replace("\n\n", "\n").rstrip("\n")) == "train" else "val"
+    counts = "1 training and 0 validation" if one == "train" else "0 training and 1 validation"
+    with pytest.raises(DataError, match=rf"{counts} documents; both splits need at least one"):
+        _load(tmp_path / "one.txt")
+    # Both splits, but a validation shorter than one sequence of 33 tokens.
+    short = [d for d in DOCS if split_of(d.rstrip("\n")) == "train"][:5] + ["x"]
+    assert split_of("x") == "val"  # the hash's choice, checked so the case above stays what it says
+    with pytest.raises(DataError, match=r"the validation split \(3 tokens in 1 shards\) holds no sequence of 33 tokens"):
+        _load(_jsonl(tmp_path / "short.jsonl", short))
 
 
-def test_pydoc_topics_bpe_is_deterministic_cached_and_split(tmp_path):
+def test_pydoc_topics_bpe_is_deterministic_cached_and_split(tmp_path, cache, monkeypatch):
     require_training()
     pytest.importorskip("tokenizers")
-    import torch
+    from experiments.lm import sources
 
-    first = _load("pydoc-topics", "bpe", cache_dir=tmp_path)
-    cached = list(tmp_path.glob("bpe-512-*.json"))
-    assert first.tokenizer == "bpe-512" and first.vocab_size == 512 and len(cached) == 1
-    mtime = cached[0].stat().st_mtime_ns
-    again = _load("pydoc-topics", "bpe", cache_dir=tmp_path)
-    assert again.fingerprint == first.fingerprint and cached[0].stat().st_mtime_ns == mtime  # reused, not retrained
-    fresh = _load("pydoc-topics", "bpe")  # trained anew, without the cache: the same merges
-    assert fresh.fingerprint == first.fingerprint
-    assert int(first.train.max()) < 512
-    # The split is of text blocks: each block in exactly one split, a tenth for validation.
-    from experiments.lm import data as lm_data
+    first = _load("pydoc-topics", "bpe", tokenizer_dir=tmp_path / "run" / "tokenizer")
+    [prepared] = [p for p in cache.iterdir() if p.is_dir()]
+    assert first.tokenizer == "bpe-512" and first.vocab_size == 512
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes() == (prepared / "tokenizer.json").read_bytes()
+    meta = prepared / "shard-00000-of-00001.json"
+    mtime = meta.stat().st_mtime_ns
+    again = _load("pydoc-topics", "bpe")
+    assert again.fingerprint == first.fingerprint and meta.stat().st_mtime_ns == mtime  # reused, not prepared again
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
+    fresh = _load("pydoc-topics", "bpe")  # prepared anew: the same merges, the same tokens
+    assert fresh.fingerprint == first.fingerprint and _rows(fresh.val) == _rows(first.val)
+    assert max(max(row) for row in _rows(first.train)) < 512
+    # The split is of documents: each in one split, about a tenth in validation, none of its text in training.
+    texts = list(sources.open_source("pydoc-topics").all())
+    val = [t for t in texts if sources.split_of(t) == "val"]
+    assert 0.04 * len(texts) < len(val) < 0.2 * len(texts)
+    from experiments.lm import tokenizer as tokenizers
 
-    texts = lm_data.read_texts("pydoc-topics")
-    train, val = lm_data.split(texts)
-    joined = lm_data.SEPARATOR.join(texts)
-    blocks = [joined[i : i + lm_data.SPLIT_BLOCK_CHARS] for i in range(0, len(joined), lm_data.SPLIT_BLOCK_CHARS)]
-    assert sorted(train + val) == sorted(blocks) and len(val) == round(len(blocks) / 10)
-    assert lm_data.split(texts) == (train, val)
+    bpe = tokenizers.load(prepared)
+    train_text = bpe.decode([token for row in _rows(first.train) for token in row])
+    assert all(t[:200] not in train_text for t in val)
+    train = [t for t in texts if t not in val]
+    assert all(t[:200] in train_text for t in train[:-1])  # all but the last: the rows drop the stream's tail
     # BPE packs the same text into fewer tokens than bytes.
-    assert first.train.numel() < 0.7 * _load("pydoc-topics", "bytes").train.numel()
-    assert torch.equal(first.val, again.val)
+    assert first.train_tokens < 0.7 * _load("pydoc-topics", "bytes").train_tokens
 
 
 # --- the training order ------------------------------------------------------------------------
@@ -293,7 +339,7 @@ def test_peak_comes_from_the_environment_or_a_stated_estimate(monkeypatch):
 @pytest.fixture
 def in_process(tmp_path, monkeypatch):
     """Runs of lm.main in this process, in tmp_path with corpus.txt, leaving the process as they found it."""
-    (tmp_path / "corpus.txt").write_text(TEXT)  # small: a short validation
+    (tmp_path / "corpus.txt").write_text(TEXT)  # small: a short validation (the cache fixture keeps its preparation here)
     yield from isolated(tmp_path, monkeypatch)
 
 
