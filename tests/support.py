@@ -8,6 +8,7 @@ inside the helpers that use them, so a unit test that needs none of them stays l
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -71,6 +72,20 @@ def require_torch() -> None:
 
 
 # --- throwaway projects ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def script_module(path: Path, name: str) -> Iterator:
+    """A script that is not a package module (benchmarks/*.py) imported as ``name``, for the
+    time of the block: registered in sys.modules meanwhile, as its dataclasses look it up there."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[name]
 
 
 def make_project(where: Path, dvc_yaml: str | None = None, params_yaml: str | None = None) -> Path:

@@ -58,7 +58,7 @@ class LMData:
 
 
 def is_prepared(source: str) -> bool:
-    return (Path(source) / tokenizers.META).is_file()
+    return (tokenizers.folder_of(Path(source)) / tokenizers.META).is_file()
 
 
 def check_source(source: str) -> None:
@@ -88,7 +88,7 @@ def load(source: str, seq_len: int, tokenizer: str = "auto", tokenizer_dir: Path
             )
     if tokenizer_dir is not None and corpus.tokenizer.kind == "bpe":
         tokenizer_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(corpus.root / tokenizers.FILE, tokenizer_dir / tokenizers.FILE)  # to read the model's tokens
+        shutil.copyfile(tokenizers.folder_of(corpus.root) / tokenizers.FILE, tokenizer_dir / tokenizers.FILE)  # to read the model's tokens
     fingerprint = hashlib.sha256(f"{corpus.fingerprint}:{seq_len}".encode()).hexdigest()
     return LMData(train, val, corpus.tokenizer.vocab_size, corpus.tokenizer.name, fingerprint, seq_len)
 

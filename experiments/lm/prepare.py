@@ -5,12 +5,15 @@ Three commands, the steps of a pipeline stage and the whole of it::
     prepare tokenizer --data SRC --out DIR [--tokenizer auto|bpe|bytes] [--vocab-size 512] [--sample-bytes 64M]
     prepare shard --data SRC --tokenizer DIR --index I --of N --out DIR [--dtype auto|uint16|uint32]
     prepare all --data SRC --out DIR --shards N --workers W [tokenizer options] [--dtype ...]
+    prepare export --data SRC --out FILE.jsonl
 
 ``tokenizer`` trains the tokeniser on a sample of the training split
 (:mod:`experiments.lm.tokenizer`); each ``shard`` task tokenises one part of the
 source (:mod:`experiments.lm.shards`): a Slurm array runs one per task. ``all`` does
 both here, the shards in W processes; run again, it keeps what is finished. Training
-reads the folder with ``--data DIR``. Each command prints a JSON summary.
+reads the folder with ``--data DIR``. ``export`` writes any source's documents as
+.jsonl (the shipped pipeline's corpus: CPython's help topics as a file DVC tracks,
+so a change to it makes what depends on it stale). Each command prints a JSON summary.
 """
 
 from __future__ import annotations
@@ -60,6 +63,21 @@ def prepare_all(
             for _ in pool.map(_write_one, [(data, out, index, num_shards, dtype) for index in range(num_shards)]):
                 pass
     return shards.TokenCorpus.open(out)
+
+
+def export(source: sources.Source, out: Path) -> int:
+    """Write ``source``'s documents to ``out`` as .jsonl (under a temporary name, then renamed); how many."""
+    if out.suffix != ".jsonl":
+        raise DataError(f"--out {out}: export writes .jsonl; give a path ending in .jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    count = 0
+    with open(partial, "w", encoding="utf-8") as f:
+        for text in source.all():
+            f.write(json.dumps({sources.TEXT_FIELD: text}, ensure_ascii=False) + "\n")
+            count += 1
+    os.replace(partial, out)
+    return count
 
 
 def _worker_setup() -> None:
@@ -140,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     everything.add_argument("--workers", type=_positive, default=1, help="processes tokenising shards at once")
     tokenizer_options(everything)
     everything.add_argument("--dtype", choices=shards.DTYPES, default="auto", help=dtype_help)
+    export = commands.add_parser("export", help='write the source\'s documents as .jsonl, one {"text": ...} per line')
+    export.add_argument("--data", required=True, help=data_help)
+    export.add_argument("--out", type=Path, required=True, help="the .jsonl file to write")
     return parser
 
 
@@ -160,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> tuple[dict, float]:
     """The command's summary, and the bytes of source it covered."""
     source = sources.open_source(args.data)
+    if args.command == "export":
+        documents = export(source, args.out)
+        return {"documents": documents, "out": str(args.out)}, source.size_bytes
     if args.command == "tokenizer":
         meta = tokenizers.train(source, args.out, args.tokenizer, args.vocab_size, args.sample_bytes)
         return {"tokenizer": meta.name, "vocab_size": meta.vocab_size, "sample_documents": meta.sample_documents}, meta.sample_bytes

@@ -224,14 +224,16 @@ class TokenCorpus:
     @classmethod
     def open(cls, root: Path) -> TokenCorpus:
         """Read and check the metas under ``root`` (recursively: a pipeline may put each shard in its own folder)."""
-        tokenizer = tokenizers.TokenizerMeta.read(root)
+        tokenizer = tokenizers.TokenizerMeta.read(tokenizers.folder_of(root))
         found = [(path.parent, ShardMeta.read(path)) for path in sorted(root.rglob("shard-*-of-*.json"))]
         if not found:
             raise DataError(f"{root}: no shard-*-of-*.json; run {PREPARE} shard ... --out {root} for each shard, or {PREPARE} all")
         ofs = sorted({meta.of for _, meta in found})
         if len(ofs) > 1:
+            where = "; ".join(f"{n} shards in {', '.join(sorted({str(f) for f, m in found if m.of == n})[:3])}" for n in ofs)
             raise DataError(
-                f"{root}: shards of {' and '.join(map(str, ofs))} shards together; keep one set (prepare all removes the others)"
+                f"{root}: shards of {' and '.join(map(str, ofs))} cuts of the source together ({where}); keep one set: remove the "
+                "others (prepare all does; a pipeline whose shard count changed leaves the old folders behind)"
             )
         of = ofs[0]
         by_index: dict[int, list[Path]] = {}
@@ -251,8 +253,8 @@ class TokenCorpus:
         other = [meta.index for _, meta in found if meta.tokenizer_sha256 != tokenizer.sha256]
         if other:
             raise DataError(
-                f"{root}: shards {_ranges(sorted(other))} of {of} were made with another tokeniser than {root / tokenizers.META}; "
-                "prepare them again"
+                f"{root}: shards {_ranges(sorted(other))} of {of} were made with another tokeniser than the one in "
+                f"{tokenizers.folder_of(root)}; prepare them again"
             )
         for folder, meta in found:
             if (damage := meta.damage(folder)) is not None:

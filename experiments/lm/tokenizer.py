@@ -49,6 +49,12 @@ def resolve(kind: str) -> str:
     return "bpe" if kind == "bpe" or (kind == "auto" and bpe_available()) else "bytes"
 
 
+def folder_of(corpus: Path) -> Path:
+    """Where a prepared corpus keeps its tokeniser: beside the shards (``prepare all``), or in
+    its own ``tokenizer/`` folder (the pipeline's ``lm-tokenizer`` stage, whose output it is)."""
+    return corpus if (corpus / META).is_file() or not (corpus / "tokenizer" / META).is_file() else corpus / "tokenizer"
+
+
 @dataclass(frozen=True)
 class TokenizerMeta:
     kind: str  # "bpe" or "bytes"

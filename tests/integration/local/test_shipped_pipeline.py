@@ -17,6 +17,8 @@ from support import ROOT, require, require_training
 # Both experiments' items: what params.yaml's matrix expands to.
 BENCHMARK = [f"results/benchmark/pydoc-topics/tiny/{layout}" for layout in ("1x1", "1x2")]
 LM = [f"results/lm/tiny/k{k}/{layout}" for k in (0, 4) for layout in ("1x1", "1x2")]
+# The LM's corpus, prepared by the pipeline: the tokeniser and params' two shards.
+TOKENS = ["data/lm/tokens/tokenizer", "data/lm/tokens/shard-0", "data/lm/tokens/shard-1"]
 
 
 def run(project: Path, *argv: str, timeout: float = 120) -> str:
@@ -91,5 +93,24 @@ def test_a_second_repro_runs_nothing(repro):
     out = run(repro, "dvc", "repro")
     assert "Data and pipelines are up to date." in out and "Running stage" not in out
     assert {path.name: path.read_text() for path in sorted((repro / ".orchestrator/ledger").glob("*.json"))} == before
-    assert len(before) == len(BENCHMARK) + len(LM)
+    assert len(before) == len(BENCHMARK) + len(LM) + 3  # and the corpus's tokeniser and two shards
     assert "Data and pipelines are up to date." in run(repro, "dvc", "status")
+
+
+def test_the_lm_trains_on_the_corpus_the_pipeline_prepared_and_only_its_changes_restale_it(repro):
+    assert all((repro / folder).is_dir() for folder in TOKENS)
+    assert len(list((repro / "data/lm/tokens").rglob("shard-*-of-00002.json"))) == 2
+    runs = [json.loads((repro / folder / "metrics.json").read_text()) for folder in LM]
+    assert {m["data"] for m in runs} == {"data/lm/tokens"} and len({m["data_fingerprint"] for m in runs}) == 1
+    params = repro / "params.yaml"
+    shipped = params.read_text()
+    try:
+        for change, stale in (
+            (("seq_len: 128", "seq_len: 64"), {"lm"}),  # the training's: the tokens stay
+            (("vocab_size: 512", "vocab_size: 600"), {"lm-tokenizer", "lm"}),  # DVC lists the shards once the tokeniser changed
+        ):
+            params.write_text(shipped.replace(*change, 1))
+            listed = json.loads(run(repro, "dvc", "status", "--json"))
+            assert {name.split("@")[0] for name in listed} - {"report"} == stale, listed
+    finally:
+        params.write_text(shipped)

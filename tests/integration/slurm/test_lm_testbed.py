@@ -183,8 +183,11 @@ def test_two_nodes_of_two_tasks_match_one_node_of_four(slurm_testbed, tmp_path, 
     val = [json.loads((result(project, layout) / "metrics.json").read_text())["val_loss"] for layout in layouts]
     assert math.isclose(*val, rel_tol=1e-6), val
 
-    jobs = jobs_of(ACCOUNT, since, project, expect=2)
-    assert sorted(j[1] for j in jobs) == [item(0), item(1)] and {j[2] for j in jobs} == {"COMPLETED"}, jobs
+    # The corpus's jobs first (the tokeniser, then its shards as one array), then the two layouts'.
+    jobs = jobs_of(ACCOUNT, since, project, expect=5)
+    names = sorted("lm-shard (array task)" if j[1].startswith("lm-shard.array-") else j[1] for j in jobs)
+    assert names == ["lm-shard (array task)"] * 2 + ["lm-tokenizer", item(0), item(1)], jobs
+    assert {j[2] for j in jobs} == {"COMPLETED"}, jobs
 
 
 # The interrupted run: one node x two tasks (DDP: the ranks agree on the step to stop
@@ -192,10 +195,11 @@ def test_two_nodes_of_two_tasks_match_one_node_of_four(slurm_testbed, tmp_path, 
 RESUME = {"max_steps": 400, "global_batch_size": 16, "seq_len": 64, "seed": 7}
 
 
-def lm_argv(output: str, nodes: int, tasks: int) -> list[str]:
-    """The `lm` stage's command (dvc.yaml) with RESUME's values: the reference runs exactly it."""
+def lm_argv(output: str, nodes: int, tasks: int, data: str) -> list[str]:
+    """The `lm` stage's command (dvc.yaml) with RESUME's values: the reference runs exactly
+    it, on the corpus the pipeline prepared (``data``)."""
     return [
-        "-m", "experiments.lm", "--data", "pydoc-topics", "--model", "tiny", "--goldfish-k", "0", "--num-nodes", str(nodes),
+        "-m", "experiments.lm", "--data", data, "--model", "tiny", "--goldfish-k", "0", "--num-nodes", str(nodes),
         "--devices", str(tasks), "--max-steps", str(RESUME["max_steps"]), "--global-batch-size", str(RESUME["global_batch_size"]),
         "--seq-len", str(RESUME["seq_len"]), "--seed", str(RESUME["seed"]), "--output", output,
     ]  # fmt: skip
@@ -259,8 +263,10 @@ def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(
         elapsed = slurm_seconds(slurm("squeue", "-h", "-j", job_id, "-o", "%M").strip())
         minutes = max(1, math.ceil((elapsed + 35) / 60))
         slurm("scontrol", "update", f"jobid={job_id}", f"TimeLimit={minutes}")
+        (tmp_path / "data").symlink_to(project / "data")  # the same --data as the job's, so the headlines compare
         reference = subprocess.Popen(
-            [sys.executable, *lm_argv("reference", 1, 2)], cwd=tmp_path, env={**local_environment(), "PYTHONPATH": str(project)},
+            [sys.executable, *lm_argv("reference", 1, 2, "data/lm/tokens")], cwd=tmp_path,
+            env={**local_environment(), "PYTHONPATH": str(project)},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         deadline = time.time() + 180

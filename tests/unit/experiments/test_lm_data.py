@@ -11,11 +11,10 @@ import json
 import pickle
 import random
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from support import ROOT, require_training
+from support import ROOT, require_training, script_module
 
 DOCUMENTS = 600
 
@@ -24,17 +23,11 @@ DOCUMENTS = 600
 def corpora(tmp_path_factory) -> dict[str, Path]:
     """One stream of make_corpus documents as .jsonl, .txt, a folder of three .jsonl files, and .parquet (row groups of 50)."""
     require_training()
-    spec = importlib.util.spec_from_file_location("make_corpus", ROOT / "benchmarks/make_corpus.py")
-    make_corpus = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = make_corpus  # its dataclasses look their module up there
-    spec.loader.exec_module(make_corpus)
     base = tmp_path_factory.mktemp("corpora")
-    try:
+    with script_module(ROOT / "benchmarks/make_corpus.py", "make_corpus") as make_corpus:
         for out, shards in (("c.jsonl", 1), ("c.txt", 1), ("folder/c.jsonl", 3)):
             (base / out).parent.mkdir(exist_ok=True)
             make_corpus.generate(base / out, out.rsplit(".", 1)[1], seed=5, documents=DOCUMENTS, max_bytes=None, shards=shards)
-    finally:
-        del sys.modules[spec.name]
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -380,3 +373,32 @@ def test_the_prepare_command_prints_a_summary_and_reports_bad_input(corpora, tmp
     with pytest.raises(SystemExit):
         prepare.main(["all", "--data", str(tmp_path / "nope.txt"), "--out", str(out)])
     assert "--data " + str(tmp_path / "nope.txt") + ": no such file or folder; give pydoc-topics" in capsys.readouterr().err
+
+
+def test_the_pipeline_layout_export_then_a_tokeniser_folder_beside_shard_folders(corpora, tmp_path, capsys):
+    """What dvc.yaml's lm-corpus, lm-tokenizer and lm-shard stages run: the source exported as
+    .jsonl (the same documents), the tokeniser in tokens/tokenizer/, each shard in its own folder;
+    training reads tokens/ and finds the tokeniser there."""
+    from experiments.lm import data as lm_data
+    from experiments.lm import prepare, sources
+
+    corpus = tmp_path / "data/lm/corpus.jsonl"
+    assert prepare.main(["export", "--data", str(corpora["txt"]), "--out", str(corpus)]) == 0
+    assert json.loads(capsys.readouterr().out)["documents"] == DOCUMENTS
+    assert list(sources.open_source(str(corpus)).all()) == list(sources.open_source(str(corpora["txt"])).all())
+    tokens = tmp_path / "data/lm/tokens"
+    assert prepare.main(["tokenizer", "--data", str(corpus), "--out", str(tokens / "tokenizer"), "--tokenizer", "bytes"]) == 0
+    for index in (0, 1):
+        argv = ["--data", str(corpus), "--tokenizer", str(tokens / "tokenizer"), "--index", str(index), "--of", "2"]
+        assert prepare.main(["shard", *argv, "--out", str(tokens / f"shard-{index}")]) == 0
+    capsys.readouterr()
+    data = lm_data.load(str(tokens), 32)
+    assert data.tokenizer == "bytes" and len(data.train) > 0 and len(data.val) > 0
+    # A folder left by an earlier cut into three shards.
+    argv = ["--data", str(corpus), "--tokenizer", str(tokens / "tokenizer"), "--index", "2", "--of", "3"]
+    assert prepare.main(["shard", *argv, "--out", str(tokens / "shard-2")]) == 0
+    with pytest.raises(lm_data.DataError, match=r"shards of 2 and 3 cuts of the source together \(2 shards in .*shard-0.*; 3 shards in"):
+        lm_data.load(str(tokens), 32)
+    with pytest.raises(SystemExit):
+        prepare.main(["export", "--data", str(corpora["txt"]), "--out", str(tmp_path / "corpus.txt")])
+    assert "export writes .jsonl; give a path ending in .jsonl" in capsys.readouterr().err

@@ -7,25 +7,20 @@ test runs it as a command, for the exit status and the message a user sees.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
-from support import ROOT
+from support import ROOT, script_module
 
 SCRIPT = ROOT / "benchmarks/make_corpus.py"
 
 
 @pytest.fixture(scope="module")
 def corpus():
-    spec = importlib.util.spec_from_file_location("make_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with script_module(SCRIPT, "make_corpus") as module:
+        yield module
 
 
 @pytest.fixture
