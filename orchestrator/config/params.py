@@ -53,6 +53,11 @@ class Settings:
     # At most this many tasks of one job array run at once (sbatch --array=...%K): a sweep
     # of hundreds of items then leaves room on the partition for others. None: no cap.
     array_parallel: int | None = None
+    # Inputs a staged job reads where they are, linked into its copy on fast storage instead
+    # of copied there (a corpus of many GB on a parallel file system built to serve it):
+    # dependency paths, relative to the project, or folders above them. Set it per cluster
+    # (clusters: NAME: orchestrator: read_in_place: [...]) where the shared storage is fast.
+    read_in_place: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,13 @@ def from_data(data: Mapping[str, Any], source: str) -> Params:
             f"{source}: orchestrator.array_parallel is {settings.array_parallel!r}; "
             "give the most tasks of one job array to run at once, a whole number of at least 1 (or leave it out: no cap)"
         )
+    for path in settings.read_in_place:
+        parts = Path(path).parts
+        if not path or Path(path).is_absolute() or ".." in parts:
+            raise ConfigError(
+                f"{source}: orchestrator.read_in_place: {path!r} is not a path inside the project; "
+                "give dependency paths relative to it, e.g. read_in_place: [data/lm/tokens]"
+            )
     overlays = _mapping(data, "clusters", source, "profile names mapped to params changes, e.g. clusters: {lumi: {...}}")
     for name, overlay in overlays.items():
         if not isinstance(overlay, Mapping):

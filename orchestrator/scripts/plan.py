@@ -12,6 +12,7 @@ import functools
 import hashlib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, TypeVar
 
 from orchestrator import __version__
@@ -47,6 +48,7 @@ class Staging:
     inputs: tuple[str, ...]  # relative to the workspace: deps, and outs (a requeued run's checkpoint)
     outputs: tuple[str, ...]  # relative to the workspace: copied back at the end and before a requeue
     node_local: bool  # copy onto every node (else once, from the batch script)
+    in_place: tuple[str, ...] = ()  # inputs linked to where they are, not copied (params' read_in_place)
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,9 @@ def make_plan(
     if form == "sbatch" and p.storage.workdir_root and inputs is not None:
         # Outputs are staged in too (a requeued run resumes from its checkpoint there);
         # a path that is both a dep and an out is copied once.
-        staging = Staging(tuple(dict.fromkeys((*inputs, *outputs))), outputs, p.storage.node_local)
+        in_place = tuple(i for i in inputs if i not in outputs and _under_any(i, settings.read_in_place))
+        copied = tuple(dict.fromkeys(i for i in (*inputs, *outputs) if i not in in_place))
+        staging = Staging(copied, outputs, p.storage.node_local, in_place)
         env += (_shared(("ORCH_STAGE", Shell('"$ORCH_WORKDIR/work"'))),)
     run_dir = _shared(
         Shell('"$ORCH_STAGE"' + quote("/" + wdir)) if staging and wdir else Shell('"$ORCH_STAGE"') if staging else quote(workdir)
@@ -254,6 +258,12 @@ def _shared(value: _T) -> _T:
     if len(_SHARED) >= _SHARED_MAX:
         _SHARED.clear()
     return _SHARED.setdefault(value, value)
+
+
+def _under_any(path: str, folders: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``folders`` or inside one of them (paths relative to the project)."""
+    parts = Path(path).parts
+    return any(parts[: len(Path(f).parts)] == Path(f).parts for f in folders)
 
 
 def _partition_name(job: JobSpec, p: Profile, settings: Settings) -> str | None:

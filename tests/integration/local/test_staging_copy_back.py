@@ -64,3 +64,30 @@ def test_a_copy_that_does_not_arrive_fails_the_job(tmp_path):
     env = {**os.environ, "ORCH_STAGE": str(stage), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(["bash", "-c", stage_out_script(workspace, 0)], env=env, capture_output=True, text=True)
     assert done.returncode == 1 and f"orchestrator: out/0 did not arrive in {workspace}" in done.stderr, done.stderr
+
+
+def test_inputs_read_in_place_are_linked_not_copied(tmp_path):
+    """params' orchestrator.read_in_place: the corpus stays where it is, the rest is copied."""
+    require("rsync")
+    workspace = tmp_path / "ws"
+    (workspace / "data/lm/tokens").mkdir(parents=True)
+    (workspace / "data/lm/tokens/shard.bin").write_bytes(b"\0" * 1024)
+    (workspace / "work.py").write_text("print(1)\n")
+    spec = JobSpec(command=("python", "work.py"), nodes=1, gpus_per_node=1)
+    settings = params.Settings(account=ACCOUNT, read_in_place=("data/lm",))
+    plan = make_plan(
+        spec, "work@0", "", profile.load("testbed"), settings, str(workspace), "sbatch",
+        inputs=("work.py", "data/lm/tokens"), outputs=("out/0",),
+    )  # fmt: skip
+    assert plan.staging.in_place == ("data/lm/tokens",) and plan.staging.inputs == ("work.py", "out/0")
+    text = render.render(plan)
+    functions = [re.search(pattern, text, re.S).group(0) for pattern in (r"orch_sync\(\) \(.*?\n\)\n", r"orch_stage_in\(\) \{.*?\n\}\n")]
+    stage = tmp_path / "stage"
+    (stage / "data/lm/tokens").mkdir(parents=True)  # copied by a run from before the setting
+    for _ in range(2):  # and a requeued run stages in again
+        script = "set -euo pipefail\n" + "".join(functions) + "orch_stage_in\n"
+        done = subprocess.run(["bash", "-c", script], env={**os.environ, "ORCH_STAGE": str(stage)}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert (stage / "work.py").read_text() == "print(1)\n" and not (stage / "work.py").is_symlink()
+        assert (stage / "data/lm/tokens").is_symlink() and (stage / "data/lm/tokens").resolve() == (workspace / "data/lm/tokens")
+        assert (stage / "data/lm/tokens/shard.bin").stat().st_size == 1024

@@ -25,7 +25,7 @@ def test_lumi_check_passes_on_the_shipped_pipeline(project):
     out = project / ".orchestrator/scripts/lumi"
     files = scripts(out)
     # benchmark: 1 dataset x 2 models x 5 device configs; lm: 1 model x 2 goldfish k x 2 device configs
-    assert len(files) == 10 + 4 and sum(name.startswith("lm@") for name in files) == 4
+    assert len(files) == 10 + 4 + 3 and sum(name.startswith("lm@") for name in files) == 4  # and the corpus: tokeniser, 2 shards
     two_by_eight = [f for name, f in files.items() if b"#SBATCH --nodes=2\n" in f and name.startswith("benchmark@")]
     assert len(two_by_eight) == 2
     text = two_by_eight[0].decode()
@@ -60,7 +60,7 @@ def test_every_builtin_cluster_renders_and_checks(project):
 def test_default_cluster_comes_from_params(project):
     done = run_orchestrator("render", cwd=project)
     assert done.returncode == 0, done.stderr
-    assert len(scripts(project / ".orchestrator/scripts/local")) == 2 + 4  # the small local default: benchmark, lm
+    assert len(scripts(project / ".orchestrator/scripts/local")) == 2 + 4 + 3  # the small local default: benchmark, lm, the corpus
 
 
 def test_targets_select_items(project):
@@ -170,7 +170,7 @@ def test_full_render_removes_scripts_of_items_gone_and_targets_keep_them(project
     assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
     assert not (out / "benchmark@removed-item.sbatch").exists()
     assert (out / "notes.txt").read_text() == "mine"
-    assert len(list(out.glob("*.sbatch"))) == 10 + 4
+    assert len(list(out.glob("*.sbatch"))) == 10 + 4 + 3
     assert all(oct(p.stat().st_mode & 0o777) == "0o755" for p in out.glob("*.sbatch"))
 
 

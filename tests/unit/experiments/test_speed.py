@@ -9,12 +9,14 @@ import json
 import pytest
 from support import LM_SHORT, isolated, model_weights, require_training, signal_at, skip_or_fail
 
-TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}\n" for i in range(400))
+# Documents separated by blank lines (a .txt's documents): about 10% of them go to validation.
+TEXT = "\n\n".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}" for i in range(400)) + "\n"
 
 
 @pytest.fixture
 def in_process(tmp_path, monkeypatch):
     (tmp_path / "corpus.txt").write_text(TEXT)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # where the raw source is prepared
     monkeypatch.delenv("ORCH_ACCELERATOR", raising=False)
     yield from isolated(tmp_path, monkeypatch)
 
