@@ -1,7 +1,9 @@
-"""How much of the training loop's time goes to waiting for the next batch."""
+"""How much of the training loop's time goes to waiting for the next batch, and how long a
+run takes to reach its first step (what a corpus's size must not change)."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytorch_lightning as pl
@@ -31,9 +33,12 @@ class DataWait(pl.Callback):
         self.gaps = 0  # waits counted: one fewer than the steps
         self._start: float | None = None
         self._end: float | None = None  # the previous counted step's end
+        self.first_step_s: float | None = None  # from the process's start to its first step's
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
         now = time.perf_counter()
+        if self.first_step_s is None:
+            self.first_step_s = process_age_s()
         if not self.warmup.over(trainer):
             return
         if self._end is not None:
@@ -54,3 +59,18 @@ class DataWait(pl.Callback):
     def share(self) -> float | None:
         """Waiting over waiting plus steps; None before two steps were counted."""
         return self.wait_s / (self.wait_s + self.step_s) if self.gaps else None
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started, from /proc (its start in clock ticks after boot);
+    None where there is no /proc. Python's own start-up and imports count: they are part of
+    what a job waits for before it trains."""
+    try:
+        with open("/proc/self/stat") as f:
+            # The command name (field 2) may hold spaces: count the fields after its ")".
+            started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime_s - started_ticks / os.sysconf("SC_CLK_TCK")

@@ -306,6 +306,8 @@ def test_data_wait_share_is_the_gap_between_steps(monkeypatch):
     # Read once per hook (not at the end of the warm-up step): steps of 1 s, gaps of 0.5, 0.1 and 0.9 s.
     clock = iter([0.0, 1.0, 2.0, 2.5, 3.5, 3.6, 4.6, 5.5, 6.5]).__next__
     monkeypatch.setattr(datawait.time, "perf_counter", clock)
+    ages = iter([7.5, 99.0]).__next__  # the process's age, read at the first step only
+    monkeypatch.setattr(datawait, "process_age_s", ages)
     callback, trainer = datawait.DataWait(warmup_steps=1), SimpleNamespace(global_step=0, max_steps=5)
     for step in range(5):
         trainer.global_step = step
@@ -313,6 +315,17 @@ def test_data_wait_share_is_the_gap_between_steps(monkeypatch):
         callback.on_train_batch_end(trainer, None, None, None, step)
     assert callback.gaps == 3
     assert callback.share == pytest.approx(1.5 / (1.5 + 4.0))
+    assert callback.first_step_s == 7.5
+
+
+def test_a_process_knows_its_age_from_proc():
+    """What time_to_first_step_s counts from: the process's start, Python's start-up included."""
+    import subprocess
+    import sys
+
+    code = "import time; time.sleep(0.5); from experiments.common.datawait import process_age_s; print(process_age_s())"
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.5 <= age < 60, age
 
 
 def test_peak_comes_from_the_environment_or_a_stated_estimate(monkeypatch):
