@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,10 @@ from orchestrator.util.runner import Runner
 
 # Set by the recording job of `orchestrator submit`: attach to finished jobs, never submit.
 ATTACH_ONLY = "ORCH_ATTACH_ONLY"
+# Before a job the ledger holds as queued or running is taken for gone because Slurm does
+# not list it, Slurm is asked again after these pauses (s): its database lags its controller.
+LOOKUP_RETRY_S = (1.0, 2.0, 4.0, 8.0)
+pause = time.sleep  # tests replace it
 
 
 @dataclass
@@ -327,6 +332,14 @@ def attach(records: ledger.ItemLedger, sub: Submission, backend: backends.Backen
     if not (earlier.state.active or earlier.state == State.COMPLETED):
         return None
     info = backend.query([earlier.job_id]).get(earlier.job_id)
+    for delay in LOOKUP_RETRY_S if info is None and earlier.state.active else ():
+        # A job that has just ended is in neither the controller's list (it keeps running
+        # and pending jobs) nor, for a few seconds, the database's: taken for gone, it
+        # would be submitted a second time (seen: an array task at its end).
+        pause(delay)
+        info = backend.query([earlier.job_id]).get(earlier.job_id)
+        if info is not None:
+            break
     if info is None:
         return None
     return _follow(earlier, info, sub)

@@ -54,6 +54,32 @@ def test_attaches_to_a_running_job_with_the_same_fingerprint(testbed_project):
     assert "attached to job 101 (completed)" in lines[0]
 
 
+def test_a_running_job_slurm_lists_a_moment_later_is_followed_not_submitted_again(testbed_project, monkeypatch):
+    """An ended job may be in neither squeue (it ended) nor sacct (the database lags): asked
+    again after a pause, it is found and followed, instead of taken for gone."""
+    from orchestrator.jobs import submission
+
+    class Killed(Exception):
+        pass
+
+    class KilledWhileWaiting(FakeClock):
+        def sleep(self, s):
+            super().sleep(s)
+            raise Killed  # the first run dies while its job is queued: active in the ledger
+
+    with pytest.raises(Killed):
+        run_fake(testbed_project, fake_slurm(sacct=sacct_sequence("PENDING")), KilledWhileWaiting())
+    assert ledger.Ledger(testbed_project).records("bench@x")[0].state.active
+    answers = iter(["", "", "101|COMPLETED|0:0|5|2|node[1-2]|None\n"])  # unlisted twice, then there
+    runner = fake_slurm(sbatch=ok("102\n"))
+    runner.answers["sacct"] = lambda argv: Completed(tuple(argv), 0, next(answers) if "-j" in argv else "", "")
+    pauses = []
+    monkeypatch.setattr(submission, "pause", pauses.append)
+    outcome, lines = run_fake(testbed_project, runner)
+    assert outcome.attached and outcome.record.job_id == "101" and runner.called("sbatch") == []
+    assert pauses == list(submission.LOOKUP_RETRY_S[:2])
+
+
 def test_a_changed_script_is_a_new_job(testbed_project):
     run_fake(testbed_project, fake_slurm())
     (testbed_project / "params.yaml").write_text("orchestrator:\n  cluster: testbed\n  account: project_465000858\n  time: '00:20:00'\n")
