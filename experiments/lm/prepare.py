@@ -107,24 +107,23 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
+def _whole(minimum: int, why: str):
+    """An argparse type: a whole number of at least ``minimum`` (``why`` says what it is when below)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: {why}")
+        return value
+
+    return parse
 
 
-def _index(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: indices start at 0")
-    return value
+_positive = _whole(1, "must be at least 1")
+_index = _whole(0, "indices start at 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
