@@ -76,7 +76,29 @@ def slurm_testbed():
     require_root_and_apt("the Slurm testbed")
     settings = Settings.for_this_machine()
     Testbed(settings, timeout=180).up()
+    if os.environ.get("CI") == "true":
+        _cancel_leftover_jobs()
     return settings
+
+
+def _cancel_leftover_jobs(timeout: float = 120.0) -> None:
+    """Slurm keeps its queue across restarts (the state is saved on SIGTERM): a job a
+    developer left training on this machine would come back with the cluster and keep
+    every test's job pending for its whole time limit. CI starts from an empty queue."""
+    import time
+    import warnings
+
+    listed = subprocess.run(["squeue", "--noheader", "--format=%i %j"], capture_output=True, text=True, check=True).stdout.split("\n")
+    left = [line for line in listed if line.strip()]
+    if not left:
+        return
+    warnings.warn(f"CI: cancelling {len(left)} job(s) left in the testbed's queue: {'; '.join(left[:5])}", stacklevel=1)
+    subprocess.run(["scancel", "--full", *(line.split()[0] for line in left)], check=False)
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["squeue", "--noheader"], capture_output=True, text=True).stdout.strip():
+        if time.monotonic() > deadline:
+            pytest.fail("CI: jobs left in the testbed's queue did not go away after scancel")
+        time.sleep(1)
 
 
 # --- a real sshd on loopback, for the ssh tests (marked ssh) -------------------------
