@@ -21,6 +21,8 @@ corpus >= 500,000 documents and >= 2 GB; >= 4 shard tasks.
 
 Needs root (the testbed). Usage: python benchmarks/lm_scale.py [--large 2G] [--small 10M]
 [--shards 4] [--steps 40] [--work /tmp/lm_scale]. Writes benchmarks/out/lm_scale.json.
+``--shard-counts 1,2,4,8 --large 200M`` instead runs only the prepare stages of that corpus
+for each shard count (the prepare array's wall against shard count): lm_scale_shards.json.
 """
 
 from __future__ import annotations
@@ -119,15 +121,20 @@ def _epoch(text: str) -> float | None:
         return None
 
 
-def run(where: Path, label: str, facts: dict, shards: int) -> dict:
+def repro(where: Path, label: str, target: str) -> tuple[float, list[dict]]:
+    """`dvc repro target`: its wall time and the jobs it ran (sacct)."""
     since = time.time()
     began = time.monotonic()
-    done = subprocess.run(["dvc", "repro", "lm"], cwd=where, capture_output=True, text=True, env={**os.environ, "ORCH_POLL_MAX_S": "2"})
+    done = subprocess.run(["dvc", "repro", target], cwd=where, capture_output=True, text=True, env={**os.environ, "ORCH_POLL_MAX_S": "2"})
     wall = time.monotonic() - began
     if done.returncode != 0:
-        raise SystemExit(f"{label}: dvc repro lm failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{label}: dvc repro {target} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     time.sleep(5)  # slurmdbd lists a job that just ended a little later
-    listed = jobs(where, since)
+    return wall, jobs(where, since)
+
+
+def run(where: Path, label: str, facts: dict, shards: int) -> dict:
+    wall, listed = repro(where, label, "lm")
     tokenizer = [j for j in listed if j["name"] == "lm-tokenizer"]
     tasks = [j for j in listed if j["name"].startswith("lm-shard")]
     training = [j for j in listed if j["name"].startswith("lm@")]
@@ -146,6 +153,7 @@ def run(where: Path, label: str, facts: dict, shards: int) -> dict:
         "peak_rss_bytes": metrics["peak_memory_bytes"],
         "time_to_first_step_s": metrics["time_to_first_step_s"],
         "data_wait_share": metrics["data_wait_share"],
+        "step_gap_share": metrics.get("step_gap_share"),  # the data wait and Lightning's own work between steps
         "mean_step_time_s": metrics["mean_step_time_s"],
         "states": sorted({j["state"] for j in listed}),
     }
@@ -154,6 +162,28 @@ def run(where: Path, label: str, facts: dict, shards: int) -> dict:
 def _span(rows: list[dict]) -> float | None:
     starts, ends = [r["start"] for r in rows if r["start"]], [r["end"] for r in rows if r["end"]]
     return round(max(ends) - min(starts), 1) if starts and ends else None
+
+
+def prepare_wall(work: Path, size: str, counts: list[int]) -> list[dict]:
+    """The prepare stages alone (``dvc repro lm-shard``) on one corpus, for each shard count."""
+    text, facts = corpus(work, size)
+    rows = []
+    for count in counts:
+        where = project(work / f"project-shards-{count}", text, count, steps=1)
+        wall, listed = repro(where, f"{count} shards", "lm-shard")
+        tasks = [j for j in listed if j["name"].startswith("lm-shard")]
+        rows.append({
+            "shards": count,
+            "corpus_bytes": facts["bytes"],
+            "repro_wall_s": round(wall, 1),
+            "tokenizer_s": _span([j for j in listed if j["name"] == "lm-tokenizer"]),
+            "shard_array_wall_s": _span(tasks),
+            "shard_task_s": sorted(round(t["end"] - t["start"], 1) for t in tasks if t["start"] and t["end"]),
+            "submissions": len({t["job"].split("_")[0] for t in tasks}),
+        })  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+        shutil.rmtree(where)
+    return rows
 
 
 def check(small: dict, large: dict, shards: int) -> list[str]:
@@ -182,8 +212,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40, help="training steps of each run")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lm_scale"))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/out/lm_scale.json")
+    parser.add_argument(
+        "--shard-counts", help="instead: only the prepare stages of the --large corpus for each of these shard counts (e.g. 1,2,4,8)"
+    )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.shard_counts:
+        counts = [int(c) for c in args.shard_counts.split(",")]
+        rows = prepare_wall(args.work, args.large, counts)
+        out = args.out.with_name("lm_scale_shards.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"size": args.large, "cores": os.cpu_count(), "rows": rows}, indent=2) + "\n")
+        return 0
     rows = {}
     for label, size in (("small", args.small), ("large", args.large)):
         text, facts = corpus(args.work, size)

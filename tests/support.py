@@ -121,12 +121,16 @@ def sweep_project(where: Path, orchestrator: dict) -> Path:
     """A git + DVC project (DVC experiments need git) whose one orchestrated item writes a
     metric from params.yaml's ``sweep.lr``; ``orchestrator``: the params' section."""
     params = yaml.safe_dump({"orchestrator": orchestrator, "sweep": {"lr": 0.1}})
-    project = make_project(where, dvc_yaml=SWEEP_DVC_YAML, params_yaml=params)
+    return with_git(make_project(where, dvc_yaml=SWEEP_DVC_YAML, params_yaml=params), "sweep")
+
+
+def with_git(project: Path, message: str) -> Path:
+    """``project`` (a DVC project) made a git repository too, everything in it committed."""
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     subprocess.run(["dvc", "init", "-q", "-f"], cwd=project, check=True)  # with git this time
     subprocess.run([*git, "add", "-A"], cwd=project, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "sweep"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", message], cwd=project, check=True)
     return project
 
 

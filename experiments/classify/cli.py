@@ -17,6 +17,7 @@ from experiments.classify import data, models
 from experiments.classify.module import TextClassifier
 from experiments.common import peak, profiling, speed
 from experiments.common.args import add_accelerator, positive, resolve_device
+from experiments.common.datawait import TimedLoader
 from experiments.common.run import Run, build_trainer
 
 
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     run.fit(
         trainer,
         module,
-        train_dataloaders=DataLoader(train, args.batch_size, shuffle=True, drop_last=True, num_workers=args.num_workers),
+        train_dataloaders=TimedLoader(train, args.batch_size, shuffle=True, drop_last=True, num_workers=args.num_workers),
         val_dataloaders=DataLoader(dataset.val, args.batch_size, num_workers=args.num_workers),
     )
 

@@ -5,20 +5,69 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytorch_lightning as pl
+from torch.utils.data import DataLoader
 
 from experiments.common.callbacks import WarmUp
 
 
-class DataWait(pl.Callback):
-    """The share of the loop's time spent between one step's end and the next step's start.
+class TimedLoader(DataLoader):
+    """A DataLoader that keeps the time its iterators spend producing batches.
 
-    That gap is where Lightning fetches the next batch from the loader (and moves
-    it to the device), plus its own bookkeeping between steps; the steps are the
-    time from ``on_train_batch_start`` to ``on_train_batch_end``. Counted after the
-    warm-up, as :class:`~experiments.common.callbacks.StepTimer` times. Put it last in
-    the trainer's callbacks, so that the other callbacks' batch-end work (e.g. the
+    ``fetch_s`` adds up every ``next()`` (with workers, the wait for theirs) and
+    ``fetched_at`` is when the latest batch came out: what :class:`DataWait` needs
+    to tell the wait for data from Lightning's own work between two steps.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fetch_s = 0.0
+        self.fetched_at: float | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return _Timed(super().__iter__(), self)
+
+
+class _Timed:
+    """An iterator of a :class:`TimedLoader`: the loader's own, timed at each ``next()``."""
+
+    def __init__(self, inner: Iterator[Any], loader: TimedLoader):
+        self.inner, self.loader = inner, loader
+
+    def __iter__(self) -> _Timed:
+        return self
+
+    def __next__(self) -> Any:
+        start = time.perf_counter()
+        try:
+            return next(self.inner)
+        finally:
+            self.loader.fetched_at = time.perf_counter()
+            self.loader.fetch_s += self.loader.fetched_at - start
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # what Lightning or torch ask of the loader's own iterator
+
+
+class DataWait(pl.Callback):
+    """Where the training loop's time goes between one step's end and the next step's start.
+
+    That gap holds the fetch of the next batch from the loader and its move to the
+    device (the data wait), and Lightning's own work between steps: logging, and on
+    several processes a broadcast that waits for the slowest rank (the gap share).
+    With a :class:`TimedLoader` as the training loader the two are told apart: the
+    data wait is the loader's time inside the gap plus the time from its last batch
+    to the step's start (the transfer); with another loader the data wait is the
+    whole gap, an upper bound. The steps are the time from ``on_train_batch_start``
+    to ``on_train_batch_end``. Counted after the warm-up, as
+    :class:`~experiments.common.callbacks.StepTimer` times. Put it last in the
+    trainer's callbacks, so that the other callbacks' batch-end work (e.g. the
     requeue check's all-reduce) counts as step time, not as waiting.
 
     Host clocks, no device synchronisation (that would change what it measures):
@@ -28,11 +77,13 @@ class DataWait(pl.Callback):
 
     def __init__(self, warmup_steps: int, untimed_steps: int = 0):
         self.warmup = WarmUp(warmup_steps, untimed_steps)
-        self.wait_s = 0.0
+        self.wait_s = 0.0  # waiting for data, inside the gaps
+        self.gap_s = 0.0  # the whole gaps
         self.step_s = 0.0
-        self.gaps = 0  # waits counted: one fewer than the steps
+        self.gaps = 0  # gaps counted: one fewer than the steps
         self._start: float | None = None
         self._end: float | None = None  # the previous counted step's end
+        self._fetch_s_at_end = 0.0  # the loader's fetch_s then
         self.first_step_s: float | None = None  # from the process's start to its first step's
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int) -> None:
@@ -42,7 +93,14 @@ class DataWait(pl.Callback):
         if not self.warmup.over(trainer):
             return
         if self._end is not None:
-            self.wait_s += now - self._end
+            gap = now - self._end
+            loader = getattr(trainer, "train_dataloader", None)
+            if isinstance(loader, TimedLoader) and loader.fetched_at is not None:
+                transfer = now - max(loader.fetched_at, self._end)
+                self.wait_s += min(gap, loader.fetch_s - self._fetch_s_at_end + transfer)
+            else:
+                self.wait_s += gap
+            self.gap_s += gap
             self.gaps += 1
         self._start = now
 
@@ -54,11 +112,18 @@ class DataWait(pl.Callback):
         now = time.perf_counter()
         self.step_s += now - self._start
         self._end = now
+        loader = getattr(trainer, "train_dataloader", None)
+        self._fetch_s_at_end = loader.fetch_s if isinstance(loader, TimedLoader) else 0.0
 
     @property
     def share(self) -> float | None:
-        """Waiting over waiting plus steps; None before two steps were counted."""
-        return self.wait_s / (self.wait_s + self.step_s) if self.gaps else None
+        """Waiting for data over the loop's time (gaps plus steps); None before two steps were counted."""
+        return self.wait_s / (self.gap_s + self.step_s) if self.gaps else None
+
+    @property
+    def gap_share(self) -> float | None:
+        """The whole gaps (data wait included) over the loop's time; None before two steps were counted."""
+        return self.gap_s / (self.gap_s + self.step_s) if self.gaps else None
 
 
 def process_age_s() -> float | None:

@@ -124,6 +124,7 @@ class Run:
                 "timed_steps": self.timer.timed_steps,
                 "peak_memory_bytes": memory,  # the largest over the ranks
                 "data_wait_share": self.wait.share,
+                "step_gap_share": self.wait.gap_share,  # data wait and Lightning's own work between steps
                 "time_to_first_step_s": self.wait.first_step_s,  # rank 0's, from its process's start
                 # World size, nodes, devices, steps, batches, cluster environment, accelerator, precision.
                 **layout_metrics(trainer, args, args.accelerator, args.precision),

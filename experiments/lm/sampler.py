@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import Sampler
+
+from experiments.common.datawait import TimedLoader
 
 
 class StepBatchSampler(Sampler[list[int]]):
@@ -63,8 +65,9 @@ class StepBatchSampler(Sampler[list[int]]):
         return {"seed": self.seed, "global_batch_size": self.batch_size * self.world_size, "num_items": self.num_items}
 
 
-class StepLoader(DataLoader):
-    """A DataLoader over a :class:`StepBatchSampler` that Lightning treats as resumable.
+class StepLoader(TimedLoader):
+    """A DataLoader over a :class:`StepBatchSampler` that Lightning treats as resumable (and timed: see
+    :class:`~experiments.common.datawait.DataWait`).
 
     Its state is the order's identity, not a position (the position is the global
     step, which Lightning restores). Loading a checkpoint made with another seed,

@@ -32,15 +32,18 @@ def figures(report: Report) -> list[Figure]:
     from matplotlib.figure import Figure as MplFigure  # here only: the report path alone needs it
 
     out = []
-    for s in report.series:
-        name = slug(s.name)
-        if any(r.scaled.speedup is not None for r in s.rows):
-            out.append(Figure(f"scaling-{name}", f"{s.name}: throughput, speedup and efficiency", _png(_scaling(MplFigure, s))))
-        if any(r.step_time_s is not None for r in s.rows):
-            out.append(Figure(f"steptime-{name}", f"{s.name}: step time per configuration", _png(_steptime(MplFigure, s))))
-        curves = sorted({c for r in s.rows for c in r.run.curves if "loss" in c})
-        if curves:
-            out.append(Figure(f"loss-{name}", f"{s.name}: loss curves", _png(_loss(MplFigure, s, curves))))
+    for (_, name), group in report.compared().items():
+        scaled = [s for s in group if any(r.scaled.speedup is not None for r in s.rows)]
+        if scaled:
+            what = "throughput, speedup and efficiency" + (" by revision" if len(group) > 1 else "")
+            out.append(Figure(f"scaling-{slug(name)}", f"{name}: {what}", _png(_scaling(MplFigure, scaled))))
+        for s in group:
+            tag = slug(name) + (f"--{slug(s.source)}" if s.source else "")
+            if any(r.step_time_s is not None for r in s.rows):
+                out.append(Figure(f"steptime-{tag}", f"{s.label}: step time per configuration", _png(_steptime(MplFigure, s))))
+            curves = sorted({c for r in s.rows for c in r.run.curves if "loss" in c})
+            if curves:
+                out.append(Figure(f"loss-{tag}", f"{s.label}: loss curves", _png(_loss(MplFigure, s, curves))))
     if any(r.energy.kwh is not None for r in report.rows):
         out.append(Figure("energy", "Energy and emissions per run", _png(_energy(MplFigure, report))))
     return out
@@ -62,28 +65,44 @@ def _gpu_axis(ax, gpus: list[int]) -> None:
     ax.grid(True, alpha=0.3)
 
 
-def _scaling(MplFigure, s: Series):
-    rows = [r for r in s.rows if r.scaled.speedup is not None]  # a throughput and a GPU count
-    gpus = [r.gpus or 0 for r in rows]
-    fig = MplFigure(figsize=(12, 3.4), layout="constrained")
-    ax1, ax2, ax3 = fig.subplots(1, 3)
-    base = next(r for r in rows if r.config == s.baseline)
-    ax1.plot(gpus, [r.throughput for r in rows], "o-", label="measured")
-    ax1.plot(gpus, [base.throughput * r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
-    ax1.set_ylabel(s.unit or "throughput")
-    ax2.plot(gpus, [r.scaled.speedup for r in rows], "o-", label="measured")
-    ax2.plot(gpus, [r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
-    ax2.set_ylabel(f"speedup vs {s.baseline}")
-    ax3.plot(gpus, [100 * r.scaled.efficiency for r in rows], "o-")
+def _scaling(MplFigure, group: list[Series]):
+    """Throughput, speedup and efficiency against GPUs: one line per revision compared (each
+    against its own baseline), and their MFU beside them when more than one is."""
+    compared = len(group) > 1
+    mfu = compared and any(r.mfu is not None for s in group for r in s.rows)
+    fig = MplFigure(figsize=(16 if mfu else 12, 3.4), layout="constrained")
+    axes = fig.subplots(1, 4 if mfu else 3)
+    ax1, ax2, ax3 = axes[:3]
+    every_gpu: list[int] = []
+    for s in group:
+        rows = [r for r in s.rows if r.scaled.speedup is not None]  # a throughput and a GPU count
+        gpus = [r.gpus or 0 for r in rows]
+        every_gpu += gpus
+        label = s.source if compared else "measured"
+        base = next(r for r in rows if r.config == s.baseline)
+        ax1.plot(gpus, [r.throughput for r in rows], "o-", label=label)
+        ax2.plot(gpus, [r.scaled.speedup for r in rows], "o-", label=label)
+        ax3.plot(gpus, [100 * r.scaled.efficiency for r in rows], "o-", label=label)
+        if not compared:
+            ax1.plot(gpus, [base.throughput * r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
+            ax2.plot(gpus, [r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
+            for r in rows:
+                ax1.annotate(r.config, (r.gpus, r.throughput), textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+        if mfu:
+            shown = [r for r in rows if r.mfu is not None]
+            axes[3].plot([r.gpus or 0 for r in shown], [100 * r.mfu for r in shown], "o-", label=label)
+    ax1.set_ylabel(group[0].unit or "throughput")
+    ax2.set_ylabel("speedup vs each baseline" if compared else f"speedup vs {group[0].baseline}")
     ax3.axhline(100, ls="--", color="grey")
-    ax3.set_ylabel(f"{s.mode} scaling efficiency (%)")
-    ax3.set_ylim(0, 1.1 * max(100, *(100 * r.scaled.efficiency for r in rows)))
-    for ax in (ax1, ax2, ax3):
-        _gpu_axis(ax, gpus)
-    ax1.legend(loc="best", fontsize="small")
-    ax2.legend(loc="best", fontsize="small")
-    for r in rows:
-        ax1.annotate(r.config, (r.gpus, r.throughput), textcoords="offset points", xytext=(4, -10), fontsize="x-small")
+    ax3.set_ylabel(f"{group[0].mode} scaling efficiency (%)" if not compared else "scaling efficiency (%)")
+    top = max([100.0] + [100 * r.scaled.efficiency for s in group for r in s.rows if r.scaled.efficiency is not None])
+    ax3.set_ylim(0, 1.1 * top)
+    if mfu:
+        axes[3].set_ylabel("MFU (%), each against its own peak")
+    for ax in axes:
+        _gpu_axis(ax, every_gpu)
+    for ax in (ax1, ax2, ax3) if compared else (ax1, ax2):
+        ax.legend(loc="best", fontsize="small")
     return fig
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.analysis import energy
+from orchestrator.analysis.billing import cost as billing_cost
 from orchestrator.analysis.mfu import mfu, number
 from orchestrator.analysis.runs import Run
 from orchestrator.analysis.scaling import Mode, Point, Scaled, baseline_index, scale, scaling_mode, throughput_of
@@ -58,6 +59,9 @@ class Row:
     mfu_note: str
     energy: energy.Energy
     emissions: energy.Emissions
+    cost: float | None = None  # in the site's billing units (profile's site.billing)
+    cost_unit: str | None = None
+    cost_note: str = ""
 
     @property
     def item(self) -> str:
@@ -70,6 +74,21 @@ class Row:
     def metric(self, key: str) -> Any:
         return (self.run.metrics or {}).get(key)
 
+    @property
+    def per_device(self) -> float | None:
+        return self.throughput / self.gpus if self.throughput is not None and self.gpus else None
+
+    def processed(self, unit: str | None) -> float | None:
+        """Tokens (or samples) the run trained on: steps x global batch (x sequence length)."""
+        steps, batch = number(self.metric("max_steps")), number(self.metric("global_batch_size"))
+        per_item = number(self.metric("seq_len")) if unit == "tokens/s" else 1.0
+        return steps * batch * per_item if steps and batch and per_item else None
+
+    def per_million(self, value: float | None, unit: str | None) -> float | None:
+        """``value`` (the run's energy, emissions or cost) per million tokens or samples trained on."""
+        done = self.processed(unit)
+        return value / done * 1e6 if value is not None and done else None
+
 
 @dataclass(frozen=True)
 class Series:
@@ -80,6 +99,11 @@ class Series:
     baseline: str | None  # config of the baseline run
     rows: tuple[Row, ...]
     notes: tuple[str, ...] = ()
+    source: str | None = None  # the revision its runs were read from; None: the workspace alone
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.source}]" if self.source else self.name
 
 
 @dataclass(frozen=True)
@@ -87,6 +111,7 @@ class Report:
     cluster: str
     series: tuple[Series, ...]
     notes: tuple[str, ...] = ()
+    to: float | None = None  # the tokens or samples the comparison's time column counts to (None: 1e9 tokens, 1e6 samples)
 
     @property
     def rows(self) -> list[Row]:
@@ -96,6 +121,18 @@ class Report:
     def missing(self) -> list[Row]:
         return [r for r in self.rows if r.run.missing]
 
+    @property
+    def sources(self) -> list[str]:
+        """The revisions compared, in the order given; empty for one workspace's report."""
+        return list(dict.fromkeys(s.source for s in self.series if s.source))
+
+    def compared(self) -> dict[tuple[str, str], list[Series]]:
+        """The series of each (stage, name), one per revision: what one figure compares."""
+        out: dict[tuple[str, str], list[Series]] = {}
+        for s in self.series:
+            out.setdefault((s.stage, s.name), []).append(s)
+        return out
+
 
 def build(
     runs: Sequence[Run],
@@ -104,19 +141,20 @@ def build(
     overrides: Overrides,
     cluster: str,
     notes: Sequence[str] = (),
+    to: float | None = None,
 ) -> Report:
     """The report of ``runs`` (pure: every input read or queried beforehand)."""
-    groups: dict[tuple[str, str], list[Run]] = {}
+    groups: dict[tuple[str, str, str | None], list[Run]] = {}
     for run in runs:
-        groups.setdefault((run.expected.stage, run.expected.series), []).append(run)
-    series = [_series(stage, name, members, profiles, accounting, overrides) for (stage, name), members in groups.items()]
+        groups.setdefault((run.expected.stage, run.expected.series, run.source), []).append(run)
+    series = [_series(stage, name, members, profiles, accounting, overrides, source) for (stage, name, source), members in groups.items()]
     all_notes = list(notes)
     if accounting is not None and accounting.problem:
         all_notes.append(f"energy accounting: {accounting.problem}")
-    return Report(cluster, tuple(series), tuple(all_notes))
+    return Report(cluster, tuple(series), tuple(all_notes), to)
 
 
-def _series(stage, name, runs, profiles, accounting, overrides) -> Series:
+def _series(stage, name, runs, profiles, accounting, overrides, source) -> Series:
     runs = sorted(runs, key=lambda r: (_gpus(r) is None, _gpus(r) or 0, r.expected.nodes or 0, r.expected.item))
     points = [_point(r) for r in runs]
     scaled = scale(points)
@@ -134,8 +172,8 @@ def _series(stage, name, runs, profiles, accounting, overrides) -> Series:
         declared, ran = run.expected.gpus_per_node, number(m.get("devices"))
         if ran is not None and declared is not None and int(ran) != declared:
             notes.append(f"{run.expected.item}: dvc.yaml asks for {declared} GPU(s) per node, the run used {int(ran)}")
-    rows = tuple(_row(r, p, s, profiles[r.expected.item], accounting, overrides) for r, p, s in zip(runs, points, scaled, strict=True))
-    return Series(name, stage, units.pop() if len(units) == 1 else None, scaling_mode(points), baseline, rows, tuple(notes))
+    rows = tuple(_row(r, p, s, profiles[r.key], accounting, overrides) for r, p, s in zip(runs, points, scaled, strict=True))
+    return Series(name, stage, units.pop() if len(units) == 1 else None, scaling_mode(points), baseline, rows, tuple(notes), source)
 
 
 def _gpus(run: Run) -> int | None:
@@ -177,11 +215,29 @@ def _row(run: Run, point: Point, scaled: Scaled, prof: profile.Profile, accounti
     breakdown = {k: v for k, raw in sorted(m.items()) if k.startswith("profile_") and (v := number(raw)) is not None}
     breakdown |= _profiled_seconds(m.get("profile"))
     value, note = mfu(m, gpu.peak_tflops_bf16 if gpu and device != "CPU" else None, prof.name)
-    en = _energy(run, prof, accounting, device)
+    elapsed, applies, extra = _elapsed(run, prof, accounting)
+    en = _energy(run, prof, device, applies, elapsed, extra)
     em = energy.emissions(en, *_site(prof, overrides))
+    cost, cost_note = _cost(run, prof, elapsed, extra)
     return Row(
-        run, prof.name, device, _gpus(run), point.throughput, scaled, number(m.get("mean_step_time_s")), breakdown, value, note, en, em
-    )
+        run, prof.name, device, _gpus(run), point.throughput, scaled, number(m.get("mean_step_time_s")), breakdown, value, note, en, em,
+        cost, prof.site.billing.unit if prof.site.billing else None, cost_note,
+    )  # fmt: skip
+
+
+def _cost(run: Run, prof: profile.Profile, elapsed: float | None, extra: str) -> tuple[float | None, str]:
+    """What the site bills for the run's allocation: whole nodes on a whole-node partition, else its GPUs."""
+    billing = prof.site.billing
+    if billing is None:
+        return billing_cost(None, None, None, None, False)
+    prov = run.provenance or {}
+    name = prov.get("partition") or prof.scheduler.default_partition
+    partition = prof.scheduler.partitions.get(name) if isinstance(name, str) else None
+    if partition is None:
+        return None, f"the partition the job ran on is unknown ({name or 'none recorded'})"
+    nodes = number(prov.get("nodes")) or run.expected.nodes
+    value, note = billing_cost(billing, int(nodes) if nodes else None, _gpus(run), elapsed, partition.whole_node)
+    return value, f"{note}{extra}; {billing.source}"
 
 
 def _site(prof: profile.Profile, overrides: Overrides) -> tuple[float | None, float | None, str]:
@@ -199,30 +255,42 @@ def _site(prof: profile.Profile, overrides: Overrides) -> tuple[float | None, fl
     return pue, carbon, ", ".join(where)
 
 
-def _energy(run: Run, prof: profile.Profile, accounting: energy.Accounting | None, device: str) -> energy.Energy:
+def _elapsed(run: Run, prof: profile.Profile, accounting: energy.Accounting | None) -> tuple[float | None, _Accounted, str]:
+    """How long the run's job held its allocation (every run of a requeued job where accounting
+    lists them, else provenance's last run: ``extra`` says so), and the accounting that
+    applies to it (None, with the reason, when none does)."""
     prov = run.provenance or {}
     job_id = prov.get("job_id")
-    acct = accounting
     if prov.get("backend") != "slurm":
-        accounted = (None, f"not a Slurm job (backend {prov.get('backend') or 'unknown'})")
-        acct = None
+        applies = _Accounted(None, f"not a Slurm job (backend {prov.get('backend') or 'unknown'})")
     elif (
         accounting is not None
         and prof.scheduler.cluster_name
         and accounting.cluster_name
         and prof.scheduler.cluster_name != accounting.cluster_name
     ):
-        accounted = (None, f"the job ran on {prof.scheduler.cluster_name}; this is {accounting.cluster_name}'s accounting")
-        acct = None
+        applies = _Accounted(None, f"the job ran on {prof.scheduler.cluster_name}; this is {accounting.cluster_name}'s accounting")
     else:
-        accounted = energy.from_accounting(accounting, job_id)
-    sampled = energy.from_samples(run.metrics)
-    elapsed = energy.accounted_elapsed_s(acct, job_id)
+        applies = _Accounted(accounting, None)
+    elapsed = energy.accounted_elapsed_s(applies.accounting, job_id)
     extra = ""
     if elapsed is None:
         elapsed = number(prov.get("elapsed_s"))
         if elapsed is not None and (prov.get("requeues") or 0) > 0:
             extra = f" (the last of {prov['requeues'] + 1} runs only)"
+    return elapsed, applies, extra
+
+
+@dataclass(frozen=True)
+class _Accounted:
+    accounting: energy.Accounting | None
+    why_not: str | None  # when accounting does not apply to the run
+
+
+def _energy(run: Run, prof: profile.Profile, device: str, applies: _Accounted, elapsed: float | None, extra: str) -> energy.Energy:
+    acct = applies.accounting
+    accounted = (None, applies.why_not) if applies.why_not else energy.from_accounting(acct, (run.provenance or {}).get("job_id"))
+    sampled = energy.from_samples(run.metrics)
     power = prof.node.gpu.power_w if prof.node.gpu and device != "CPU" else None
     joules, note = energy.estimate(power, _gpus(run), elapsed)
     return energy.choose(accounted, sampled, (joules, note + extra), acct.plugin if acct else None)
@@ -233,7 +301,7 @@ def metrics_of(report: Report) -> dict[str, dict[str, Any]]:
     out = {}
     for s in report.series:
         for r in s.rows:
-            out[r.item] = {
+            out[r.run.key] = {
                 "config": r.config,
                 "gpus": r.gpus,
                 "missing": r.run.missing,
@@ -244,5 +312,6 @@ def metrics_of(report: Report) -> dict[str, dict[str, Any]]:
                 "scaling": s.mode,
                 "mfu": r.mfu,
                 **energy.as_metrics(r.energy, r.emissions),
+                **({"cost": r.cost, "cost_unit": r.cost_unit} if r.cost_unit else {}),
             }
     return out

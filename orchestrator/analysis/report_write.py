@@ -38,7 +38,7 @@ def write(report: Report, out: Path) -> list[Path]:
     # Only our own earlier files go: --out may name a folder that holds other things.
     for old in [*plots.glob("scaling/*.csv"), *plots.glob("energy.csv"), *figdir.glob("*.png")]:
         old.unlink()
-    written = [_write(plots / "scaling" / f"{slug(s.name)}.csv", _csv(_scaling_rows(s))) for s in report.series if _scaling_rows(s)]
+    written = [_write(plots / "scaling" / f"{_tag(s)}.csv", _csv(_scaling_rows(s))) for s in report.series if _scaling_rows(s)]
     # Every run, an unknown energy left empty: the file is a declared DVC plot, so it
     # exists even when no run has an energy figure (a local CPU run).
     energy_rows = [_energy_row(s, r) for s in report.series for r in s.rows]
@@ -49,6 +49,11 @@ def write(report: Report, out: Path) -> list[Path]:
     written.append(_write(out / "summary.md", markdown(report)))
     written.append(_write(out / "report.html", page(report, figs)))
     return written
+
+
+def _tag(s: Series) -> str:
+    """A series' name in file names: its revision's after it when the report compares several."""
+    return slug(s.name) + (f"--{slug(s.source)}" if s.source else "")
 
 
 def _write(path: Path, data: str | bytes) -> Path:
@@ -82,6 +87,7 @@ def _scaling_rows(s: Series) -> list[dict]:
 def _energy_row(s: Series, r: Row) -> dict:
     return {
         "item": r.item,
+        **({"revision": s.source} if s.source else {}),
         "series": s.name,
         "config": r.config,
         "gpus": r.gpus,
@@ -107,6 +113,10 @@ def _software(r: Row) -> str:
 def _extra_columns(s: Series) -> list[tuple[str, Callable[[Row], str]]]:
     """Columns only some experiments have (the LM's data wait and peak memory)."""
     cols: list[tuple[str, Callable[[Row], str]]] = []
+    units = sorted({r.cost_unit for r in s.rows if r.cost_unit})
+    if units:
+        both = len(units) > 1  # a series over revisions billed differently names each value's unit
+        cols.append((f"cost ({' or '.join(units)})", lambda r: _fmt(r.cost, ".3g", f" {r.cost_unit}" if both else "")))
     if any(isinstance(r.metric("data_wait_share"), (int, float)) for r in s.rows):
         cols.append(("data wait", lambda r: _fmt(_num(r.metric("data_wait_share")), ".1%")))
     if any(isinstance(r.metric("peak_memory_bytes"), (int, float)) for r in s.rows):
@@ -144,6 +154,40 @@ def table(s: Series) -> tuple[list[str], list[list[str]]]:
         cells += [_fmt(r.energy.kwh, ".3g"), r.energy.source or DASH, _fmt(r.emissions.kg, ".3g"), hardware, _software(r)]
         rows.append(cells)
     return header, rows
+
+
+def comparison(group: list[Series], to: float | None) -> tuple[list[str], list[list[str]]]:
+    """One series on several revisions side by side: per configuration, a row per revision.
+
+    ``to``: the tokens (or samples) the time column counts to (at each run's measured
+    throughput); None: a billion tokens or a million samples.
+    """
+    unit = next((s.unit for s in group if s.unit), None)
+    amount = to or (1e9 if unit == "tokens/s" else 1e6)
+    what = "tokens" if unit == "tokens/s" else "samples"
+    header = [
+        "config", "revision", "hardware", f"{unit or 'throughput'} per device", "speedup", "efficiency", "MFU (own peak)",
+        f"hours to {amount:.3g} {what}", f"kWh per 1M {what}", f"kg CO2e per 1M {what}", f"cost per 1M {what}",
+    ]  # fmt: skip
+    rows: list[tuple[int, str, int, list[str]]] = []
+    for order, s in enumerate(group):
+        for r in s.rows:
+            hours = amount / r.throughput / 3600 if r.throughput else None
+            cells = [
+                r.config + (" (missing)" if r.run.missing else ""),
+                s.source or DASH,
+                DASH if r.run.missing else f"{r.profile} · {r.device}",
+                _fmt(r.per_device, ",.4g"),
+                _fmt(r.scaled.speedup, ".2f", "x"),
+                _fmt(r.scaled.efficiency, ".0%"),
+                _fmt(r.mfu, ".1%"),
+                _fmt(hours, ".3g"),
+                _fmt(r.per_million(r.energy.kwh, s.unit), ".3g"),
+                _fmt(r.per_million(r.emissions.kg, s.unit), ".3g"),
+                DASH if (c := r.per_million(r.cost, s.unit)) is None else f"{c:.3g} {r.cost_unit}",
+            ]
+            rows.append((r.gpus if r.gpus is not None else 1 << 30, r.config, order, cells))
+    return header, [cells for *_, cells in sorted(rows, key=lambda t: t[:3])]
 
 
 def _mode(s: Series) -> str:
@@ -184,6 +228,7 @@ def _provenance_lines(s: Series) -> list[str]:
 def _energy_lines(s: Series) -> list[str]:
     return [
         f"{r.config} ({r.item}): {r.energy.source or 'no energy'}: {r.energy.note}; emissions: {r.emissions.note}"
+        + (f"; cost: {r.cost_note}" if r.cost_unit else "")
         for r in s.rows
         if not r.run.missing
     ]
@@ -196,17 +241,25 @@ def markdown(report: Report) -> str:
     out = [f"## Scaling report ({len(report.rows)} runs, {len(report.missing)} missing)", ""]
     profiles = sorted({r.profile for r in report.rows if not r.run.missing})
     out += [f"Profile(s): {', '.join(profiles) or DASH}. Written by `orchestrator report`; a dash is a missing value.", ""]
-    for s in report.series:
-        header, rows = table(s)
-        out += [f"### {s.name}", ""]
-        out += [f"- {_md(line)}" for line in _series_lines(s)] + [""]
-        out += ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)]
-        out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
-        out += ["", "<details><summary>Energy: where each value comes from</summary>", ""]
-        out += [f"- {_md(line)}" for line in _energy_lines(s)] + ["", "</details>", ""]
+    for (_, name), group in report.compared().items():
+        if len(group) > 1:
+            out += [f"### {name}: {', '.join(str(s.source) for s in group)} side by side", ""]
+            out += _md_table(*comparison(group, report.to)) + [""]
+        for s in group:
+            out += [f"### {s.label}", ""]
+            out += [f"- {_md(line)}" for line in _series_lines(s)] + [""]
+            out += _md_table(*table(s))
+            out += ["", "<details><summary>Energy: where each value comes from</summary>", ""]
+            out += [f"- {_md(line)}" for line in _energy_lines(s)] + ["", "</details>", ""]
     if report.notes:
         out += ["### Notes", ""] + [f"- {_md(n)}" for n in report.notes] + [""]
     return "\n".join(out)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(_md(c) for c in row) + " |" for row in rows
+    ]
 
 
 def _md(text: str) -> str:
@@ -233,27 +286,13 @@ def page(report: Report, figs: Iterable[Figure]) -> str:
     profiles = ", ".join(sorted({r.profile for r in report.rows if not r.run.missing})) or DASH
     counts = f"{len(report.rows)} runs, {len(report.missing)} missing (shown as {DASH}, never as 0)"
     body = [f"<h1>Scaling report</h1><p>{counts}. Runs' profiles: {e(profiles)}; the matrix as resolved for {e(report.cluster)}.</p>"]
-    for s in report.series:
-        header, rows = table(s)
-        body.append(f"<h2>{e(s.name)}</h2><ul class='notes'>" + "".join(f"<li>{e(line)}</li>" for line in _series_lines(s)) + "</ul>")
-        body.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
-        for r, cells in zip(s.rows, rows, strict=True):
-            cls = " class='missing'" if r.run.missing else ""
-            body.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
-        body.append("</table>")
-        for f in figs:
-            if f.name.endswith(f"-{slug(s.name)}"):
-                body.append(_img(f))
-        body.append(
-            "<details><summary>Energy: where each value comes from</summary><ul>"
-            + "".join(f"<li>{e(x)}</li>" for x in _energy_lines(s))
-            + "</ul></details>"
-        )
-        body.append(
-            "<details><summary>Provenance: jobs, nodes, code</summary><ul>"
-            + "".join(f"<li>{e(x)}</li>" for x in _provenance_lines(s))
-            + "</ul></details>"
-        )
+    for (_, name), group in report.compared().items():
+        if len(group) > 1:
+            body.append(f"<h2>{e(name)}: {e(', '.join(str(s.source) for s in group))} side by side</h2>")
+            body.append(_html_table(*comparison(group, report.to)))
+            body += [_img(f) for f in figs if f.name == f"scaling-{slug(name)}"]
+        for s in group:
+            body += _html_series(s, figs, "h3" if len(group) > 1 else "h2", own_scaling=len(group) == 1)
     for f in figs:
         if f.name == "energy":
             body.append("<h2>Energy</h2>" + _img(f))
@@ -263,6 +302,39 @@ def page(report: Report, figs: Iterable[Figure]) -> str:
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>Scaling report</title>"
         f"<style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
+
+
+def _html_series(s: Series, figs: list[Figure], heading: str, own_scaling: bool) -> list[str]:
+    e = html.escape
+    header, rows = table(s)
+    body = [
+        f"<{heading}>{e(s.label)}</{heading}><ul class='notes'>" + "".join(f"<li>{e(line)}</li>" for line in _series_lines(s)) + "</ul>"
+    ]
+    body.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
+    for r, cells in zip(s.rows, rows, strict=True):
+        cls = " class='missing'" if r.run.missing else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
+    body.append("</table>")
+    for f in figs:
+        if f.name.endswith(f"-{_tag(s)}") and (own_scaling or not f.name.startswith("scaling-")):
+            body.append(_img(f))
+    body.append(
+        "<details><summary>Energy: where each value comes from</summary><ul>"
+        + "".join(f"<li>{e(x)}</li>" for x in _energy_lines(s))
+        + "</ul></details>"
+    )
+    body.append(
+        "<details><summary>Provenance: jobs, nodes, code</summary><ul>"
+        + "".join(f"<li>{e(x)}</li>" for x in _provenance_lines(s))
+        + "</ul></details>"
+    )
+    return body
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    e = html.escape
+    head = "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
+    return head + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows) + "</table>"
 
 
 def _img(f: Figure) -> str:

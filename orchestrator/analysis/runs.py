@@ -56,10 +56,16 @@ class Run:
     provenance: Mapping[str, Any] | None
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)  # "train/loss" -> (step, value)
     problem: str | None = None  # why the metrics are missing
+    source: str | None = None  # the revision it was read from (``orchestrator report --rev``); None: this workspace alone
 
     @property
     def missing(self) -> bool:
         return self.metrics is None
+
+    @property
+    def key(self) -> str:
+        """Its name across revisions: the item, after the revision's name when it has one."""
+        return f"{self.source}:{self.expected.item}" if self.source else self.expected.item
 
 
 def expected_runs(items: Sequence[stages.Item], specs: Mapping[str, runargs.JobSpec]) -> list[Expected]:
@@ -84,11 +90,13 @@ def _config_of(directory: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-def read_run(root: Path, expected: Expected) -> Run:
+def read_run(root: Path, expected: Expected, source: str | None = None) -> Run:
     folder = root / expected.directory
     metrics, problem = _read_json(folder / METRICS_FILE, f"{expected.directory}/{METRICS_FILE}")
     prov, _ = _read_json(folder / stages.PROVENANCE_FILE, f"{expected.directory}/{stages.PROVENANCE_FILE}")
-    return Run(expected, metrics, prov, read_curves(folder / CURVES_DIR) if metrics is not None else {}, problem)
+    if problem and source:
+        problem += f" at {source}"
+    return Run(expected, metrics, prov, read_curves(folder / CURVES_DIR) if metrics is not None else {}, problem, source)
 
 
 def _read_json(path: Path, shown: str) -> tuple[dict | None, str | None]:
@@ -148,8 +156,8 @@ def load_profiles(runs: Sequence[Run], fallback: profile.LoadedProfile) -> tuple
                     cache[key] = None
             found = cache[key]
             if found is None:
-                notes.append(f"{run.expected.item}: its profile {name} ({source}) cannot be loaded here; used {fallback.name}")
+                notes.append(f"{run.key}: its profile {name} ({source}) cannot be loaded here; used {fallback.name}")
         elif not run.missing:
-            notes.append(f"{run.expected.item}: no provenance.json names its profile; used {fallback.name}")
-        chosen[run.expected.item] = found or fallback.profile
+            notes.append(f"{run.key}: no provenance.json names its profile; used {fallback.name}")
+        chosen[run.key] = found or fallback.profile
     return chosen, notes

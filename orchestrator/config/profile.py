@@ -167,17 +167,40 @@ class Storage:
 
 
 @dataclass(frozen=True)
-class Site:
-    """Where the cluster draws its power, for emissions = energy x PUE x carbon intensity.
+class Billing:
+    """How the site charges a GPU job to the project's budget, in the site's own unit.
 
-    Both are the site's published or assumed figures (``source`` says which);
-    ``orchestrator report --pue/--carbon-intensity`` override them. Unset: the
-    report shows emissions as missing rather than guessing.
+    Sites bill one of two ways (see :func:`orchestrator.analysis.billing.cost`):
+    whole nodes for as long as the job held them, on partitions that allocate whole
+    nodes (LUMI's standard-g, Frontier, JUWELS Booster), or per allocated GPU on
+    partitions that share a node (LUMI's small-g). A site may state either rate or both.
+    Some sites bill a shared job for more than its GPUs when it holds more cores or
+    memory than a GPU's share; that is not modelled (the report's note says so).
+    """
+
+    unit: str  # what the budget is counted in: GPU-hours, node-hours, core-hours
+    # Units one node-hour costs on the whole-node partitions GPU jobs use.
+    per_node_hour: float | None = None
+    # Units one GPU-hour costs where the site bills by the GPU; a GPU as the profile's
+    # node counts them (on LUMI one GCD, half an MI250X).
+    per_gpu_hour: float | None = None
+    source: str = ""  # where the rates come from: a URL and what it says (printed in the report)
+
+
+@dataclass(frozen=True)
+class Site:
+    """The site's figures: its power, for emissions = energy x PUE x carbon intensity,
+    and how it bills compute, for a run's cost in the site's units.
+
+    PUE and carbon intensity are the site's published or assumed figures (``source``
+    says which); ``orchestrator report --pue/--carbon-intensity`` override them.
+    Unset: the report shows emissions (and cost) as missing rather than guessing.
     """
 
     pue: float | None = None  # power usage effectiveness: facility energy / IT energy, >= 1
     carbon_intensity_g_per_kwh: float | None = None  # grams CO2e per kWh the site draws
     source: str | None = None  # where the two numbers come from (printed in the report)
+    billing: Billing | None = None
 
 
 @dataclass(frozen=True)
@@ -359,11 +382,31 @@ def _site_problems(p: Profile) -> list[str]:
         found.append(f"site.pue {p.site.pue:g}: a PUE is facility energy / IT energy, so at least 1")
     if p.site.carbon_intensity_g_per_kwh is not None and not p.site.carbon_intensity_g_per_kwh >= 0:
         found.append(f"site.carbon_intensity_g_per_kwh {p.site.carbon_intensity_g_per_kwh:g}: must be 0 or more")
+    found += _billing_problems(p.site.billing)
     gpu = p.node.gpu
     if gpu is not None and gpu.power_w is not None and not gpu.power_w > 0:
         found.append(f"node.gpu.power_w {gpu.power_w:g}: must be more than 0 (leave it out when unknown)")
     if gpu is not None and gpu.peak_tflops_bf16 is not None and not gpu.peak_tflops_bf16 > 0:
         found.append(f"node.gpu.peak_tflops_bf16 {gpu.peak_tflops_bf16:g}: must be more than 0 (leave it out when unknown)")
+    return found
+
+
+def _billing_problems(b: Billing | None) -> list[str]:
+    if b is None:
+        return []
+    found: list[str] = []
+    if not b.unit.strip():
+        found.append("site.billing.unit is empty: name the unit the site bills in, such as GPU-hours, node-hours or core-hours")
+    if not b.source.strip():
+        found.append("site.billing.source is empty: say where the rates come from (the site's billing page, its URL)")
+    if b.per_node_hour is None and b.per_gpu_hour is None:
+        found.append(
+            "site.billing: no rate; give per_node_hour (units per node-hour on whole-node partitions), "
+            "per_gpu_hour (units per GPU-hour where the site bills by the GPU), or both"
+        )
+    for key, rate in (("per_node_hour", b.per_node_hour), ("per_gpu_hour", b.per_gpu_hour)):
+        if rate is not None and not 0 < rate < float("inf"):
+            found.append(f"site.billing.{key} {rate:g}: must be a finite number more than 0 (leave it out where the site does not bill so)")
     return found
 
 

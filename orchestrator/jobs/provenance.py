@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from orchestrator.util import files, git
 from orchestrator.util.runner import Runner
 
 FILE = stages.PROVENANCE_FILE
+_PARTITION = re.compile(r"^#SBATCH --partition=(\S+)", re.M)
 
 
 def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str) -> dict:
@@ -31,6 +33,9 @@ def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str
         "profile_sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
         "script_sha256": script_hash(script),
     }
+    partition = _PARTITION.search(script)
+    if partition:
+        prov["partition"] = partition.group(1).strip("'\"")  # what the site bills by (whole nodes or GPUs): the report's cost
     image = loaded.profile.container.image
     if image and loaded.profile.container.runtime:
         prov["image"] = image  # its content is pinned by containers/<image>.digest, a dependency of the stage

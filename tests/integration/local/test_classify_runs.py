@@ -27,6 +27,7 @@ REQUIRED_METRICS = {
     "mfu_peak_source",
     "peak_memory_bytes",
     "data_wait_share",
+    "step_gap_share",
     "world_size",
     "num_nodes",
     "devices",

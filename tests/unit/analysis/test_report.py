@@ -64,3 +64,32 @@ def test_energy_sources_per_run_and_overrides():
         runs[:1], {runs[0].expected.item: juwels}, energy.Accounting("acct_gather_energy/ipmi", "lumi", acct.jobs), rp.Overrides(), "x"
     )
     assert elsewhere.series[0].rows[0].energy.source == "estimate"  # another cluster's job ids are not looked up
+
+
+def test_cost_in_the_sites_billing_units_by_the_partition_the_job_ran_on():
+    """LUMI bills standard-g by the whole node (4 GPU-hours a node-hour), small-g by the GCD
+    (0.5 a GCD-hour); a profile without billing, or a partition not known, says why."""
+    lumi = profile.load("lumi").profile
+    hour = {"backend": "slurm", "job_id": "1", "elapsed_s": 3600, "requeues": 0}
+    runs = [
+        run("2x8", weak(16, 1600.0, max_steps=100), prov={**hour, "partition": "standard-g", "nodes": 2}),
+        run("1x2", weak(2, 200.0), item="bench@small", prov={**hour, "partition": "small-g", "nodes": 1, "job_id": "2"}),
+        run("1x4", weak(4, 400.0), item="bench@where", prov={**hour, "partition": "nowhere", "job_id": "3"}),
+    ]
+    report = rp.build(runs, {r.expected.item: lumi for r in runs}, None, rp.Overrides(), "lumi")
+    by_item = {r.item: r for r in report.rows}
+    whole = by_item["bench@2x8"]
+    assert (whole.cost, whole.cost_unit) == (pytest.approx(8.0), "GPU-hours") and "whole nodes billed" in whole.cost_note
+    assert "docs.lumi-supercomputer.eu" in whole.cost_note  # the rate's source, beside the figure
+    assert by_item["bench@small"].cost == pytest.approx(1.0)  # 2 GCDs x 1 h x 0.5
+    assert by_item["bench@where"].cost is None and "partition the job ran on is unknown (nowhere)" in by_item["bench@where"].cost_note
+    # Per million samples trained on (steps x global batch): 8 GPU-hours over 100 x 256 samples.
+    assert whole.per_million(whole.cost, "samples/s") == pytest.approx(8.0 / (100 * 16 * 16) * 1e6)
+    local = profile.load("local").profile
+    (plain,) = rp.build([run("1x1", weak(1, 1.0))], {"bench@1x1": local}, None, rp.Overrides(), "local").rows
+    assert plain.cost is None and plain.cost_unit is None and plain.cost_note == "no billing stated in the profile (site.billing)"
+
+    from orchestrator.analysis import report_write
+
+    header, rows = report_write.table(report.series[0])
+    assert "cost (GPU-hours)" in header and [row[header.index("cost (GPU-hours)")] for row in rows] == ["1", "—", "8"]

@@ -314,8 +314,55 @@ def test_data_wait_share_is_the_gap_between_steps(monkeypatch):
         callback.on_train_batch_start(trainer, None, None, step)
         callback.on_train_batch_end(trainer, None, None, None, step)
     assert callback.gaps == 3
-    assert callback.share == pytest.approx(1.5 / (1.5 + 4.0))
+    assert callback.share == callback.gap_share == pytest.approx(1.5 / (1.5 + 4.0))  # no timed loader: the whole gap
     assert callback.first_step_s == 7.5
+
+
+def test_data_wait_is_the_loaders_fetch_and_the_transfer_not_lightnings_work_between_steps(monkeypatch):
+    """Steps of 1 s; in each 0.5 s gap, Lightning waits 0.3 s for the other ranks, the loader
+    takes 0.1 s, the batch moves to the device in 0.1 s: data wait 0.2 s, the gap 0.5 s."""
+    require_training()
+    from types import SimpleNamespace
+
+    from experiments.common import datawait
+
+    now = [0.0]
+    monkeypatch.setattr(datawait.time, "perf_counter", lambda: now[0])
+
+    class Slow(list):
+        def __getitem__(self, i):
+            now[0] += 0.1  # reading a row
+            return super().__getitem__(i)
+
+    loader = datawait.TimedLoader(Slow(range(10)), batch_size=1)
+    batches = iter(loader)
+    callback, trainer = datawait.DataWait(warmup_steps=0), SimpleNamespace(global_step=0, max_steps=4, train_dataloader=loader)
+    for step in range(4):
+        trainer.global_step = step
+        now[0] += 0.3  # the broadcast between steps
+        next(batches)
+        now[0] += 0.1  # to the device
+        callback.on_train_batch_start(trainer, None, None, step)
+        now[0] += 1.0
+        callback.on_train_batch_end(trainer, None, None, None, step)
+    assert callback.gaps == 3
+    assert callback.gap_share == pytest.approx(1.5 / 5.5)  # 3 gaps, 4 steps
+    assert callback.share == pytest.approx(0.6 / 5.5)
+    assert loader.fetch_s == pytest.approx(0.4)
+
+
+def test_a_timed_loader_is_what_lightning_trains_from():
+    """The lm order's loader and the classifier's are timed, and a timed loader's iterator
+    still gives every batch and its length."""
+    require_training()
+    from experiments.common.datawait import TimedLoader
+    from experiments.lm.sampler import StepLoader
+
+    assert issubclass(StepLoader, TimedLoader)
+    loader = TimedLoader(list(range(6)), batch_size=2)
+    batches = iter(loader)
+    assert len(batches) == 3 and [b.tolist() for b in batches] == [[0, 1], [2, 3], [4, 5]]
+    assert loader.fetch_s > 0 and loader.fetched_at is not None
 
 
 def test_a_process_knows_its_age_from_proc():

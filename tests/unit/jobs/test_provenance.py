@@ -46,6 +46,9 @@ def test_a_submission_records_code_profile_and_script(tmp_path):
         "git_dirty": False,
     }
     assert ["git", "-C", str(tmp_path), "rev-parse", "HEAD"] in runner.calls
+    # The partition, where the script names one: whole nodes or GPUs, what the report's cost is billed by.
+    partitioned = provenance.at_submission(tmp_path, runner, loaded, SCRIPT.replace("#SBATCH --nodes=2", "#SBATCH --partition='small-g'"))
+    assert partitioned["partition"] == "small-g"
 
 
 def test_changed_tracked_files_make_it_dirty_untracked_ones_do_not(tmp_path):

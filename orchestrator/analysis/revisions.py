@@ -1,0 +1,119 @@
+"""Runs of another revision: a git commit, branch or tag, or a DVC experiment, read from
+git and DVC's cache without checking anything out.
+
+One matrix run on two clusters keeps both results the way DVC keeps any two variants:
+each in its own commit or experiment (``dvc exp run -n on-lumi -S orchestrator.cluster=lumi``).
+The report reads a revision's pipeline (dvc.yaml, params.yaml, the profile file its params
+name) and only the small files of its runs (metrics.json, provenance.json, the per-step
+curves) into a folder of its own, which then reads like a project: checkpoints and other
+large outputs are never fetched.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.analysis.runs import CURVES_DIR, METRICS_FILE
+from orchestrator.errors import PipelineError
+from orchestrator.pipeline import stages
+from orchestrator.util import yamlio
+
+WORKSPACE = "workspace"  # the name that stands for the files as they are, as in `dvc exp show`
+PIPELINE_FILES = (stages.PIPELINE_FILE, "params.yaml")
+
+
+class Revision:
+    """A revision of ``project`` as DVC's file system sees it (git's files and DVC's outputs)."""
+
+    def __init__(self, project: Path, name: str):
+        self.project, self.name = project, name
+        self.fs = _file_system(project, name)
+
+    def read_pipeline(self, into: Path) -> None:
+        """dvc.yaml and params.yaml of the revision into ``into``, made a DVC project (no git)
+        so that the pipeline resolves there as here; with the profile file its params name."""
+        from dvc.repo import Repo
+
+        into.mkdir(parents=True, exist_ok=True)
+        for name in PIPELINE_FILES:
+            if self.fs.isfile(name):
+                self.fs.get_file(name, str(into / name))
+        if not (into / stages.PIPELINE_FILE).is_file():
+            raise PipelineError(f"revision {self.name!r} has no {stages.PIPELINE_FILE}", hints=["name a revision of this pipeline"])
+        cluster = _cluster_file(into / "params.yaml")
+        if cluster and self.fs.isfile(cluster):
+            (into / cluster).parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(cluster, str(into / cluster))
+        if not (into / ".dvc").is_dir():
+            Repo.init(str(into), no_scm=True).close()
+
+    def read_runs(self, directories: Iterable[str], into: Path) -> None:
+        """Each run folder's metrics, provenance and curves that the revision has."""
+        for directory in directories:
+            for name in (METRICS_FILE, stages.PROVENANCE_FILE):
+                self._get(posixpath.join(directory, name), into)
+            curves = posixpath.join(directory, CURVES_DIR)
+            if self.fs.isdir(curves):
+                for path in self.fs.find(curves):
+                    if path.endswith(".tsv"):
+                        self._get(path, into)
+
+    def _get(self, path: str, into: Path) -> None:
+        try:
+            if not self.fs.isfile(path):
+                return
+            (into / path).parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(path, str(into / path))
+        except FileNotFoundError:
+            return  # listed by the revision's dvc.lock, but not in this cache: the run reads as missing
+
+
+def _file_system(project: Path, name: str) -> Any:
+    """DVC's file system at revision ``name``: a git revision, else an experiment's name."""
+    from dvc.api import DVCFileSystem
+    from dvc.repo import Repo
+    from dvc.repo.experiments.utils import resolve_name
+    from dvc.scm import RevError, SCMError
+    from scmrepo.exceptions import RevError as GitRevError
+
+    try:
+        with Repo(str(project)) as repo:
+            try:
+                repo.scm.resolve_rev(name)
+                rev = name
+            except (RevError, GitRevError):
+                found = resolve_name(repo.scm, [name]).get(name)
+                if found is None:
+                    raise PipelineError(
+                        f"revision {name!r} is neither a git revision nor a DVC experiment of {project.resolve()}",
+                        [f"experiments: {', '.join(_experiments(repo)) or 'none'}"],
+                        hints=[f"name a commit, branch, tag or experiment (dvc exp list), or {WORKSPACE!r}"],
+                    ) from None
+                rev = str(found)
+    except SCMError as exc:
+        raise PipelineError(f"cannot read revision {name!r}: {project} is not a git repository", hints=["git init; dvc init"]) from exc
+    return DVCFileSystem(repo=str(project), rev=rev)
+
+
+def _experiments(repo: Any) -> list[str]:
+    try:
+        return sorted({exp for exps in repo.experiments.ls(all_commits=True).values() for exp, _ in exps})[:20]
+    except Exception:  # noqa: BLE001 - only a hint in an error message: never its own error
+        return []
+
+
+def _cluster_file(params: Path) -> str | None:
+    """The profile file params.yaml names as ``orchestrator.cluster``, if it names a relative path."""
+    if not params.is_file():
+        return None
+    try:
+        data = yamlio.load_file(params)
+    except Exception:  # noqa: BLE001 - the pipeline's own reading of the file reports it
+        return None
+    cluster = (data.get("orchestrator") or {}).get("cluster") if isinstance(data, dict) else None
+    if isinstance(cluster, str) and cluster.endswith((".yaml", ".yml")) and not posixpath.isabs(cluster) and ".." not in cluster:
+        return cluster
+    return None
