@@ -58,6 +58,36 @@ def headless(browser: str, profile_dir: Path, *args: str) -> subprocess.Complete
 
 
 def test_every_figure_renders_in_headless_chromium(reported, tmp_path):
+    check_page(reported, tmp_path)
+
+
+def test_a_comparison_of_two_clusters_renders_in_headless_chromium(tmp_path):
+    """Two revisions of one series (LUMI's and JUWELS Booster's runs): the side-by-side table,
+    the one scaling figure with a line per revision, each revision's own sections."""
+    from support import weak
+
+    from orchestrator.analysis import report, report_write, runs
+    from orchestrator.config import profile
+
+    made, profiles = [], {}
+    for source, name, speed, partition in (("on-lumi", "lumi", 1.0, "standard-g"), ("on-juwels", "juwels-booster", 1.3, "booster")):
+        for nodes, gpus in ((1, 4), (2, 4), (4, 4)):
+            config, world = f"{nodes}x{gpus}", nodes * gpus
+            expected = runs.Expected(f"lm@{config}", "lm", f"results/lm/tiny/{config}", nodes, gpus)
+            metrics = weak(world, speed * 1000 * world**0.95, accelerator="gpu", max_steps=100, mean_step_time_s=0.2 / speed)
+            metrics.update(model_tflops_per_device=100.0 * speed)
+            prov = {"backend": "slurm", "job_id": str(len(made)), "elapsed_s": 1800, "partition": partition, "nodes": nodes}
+            run = runs.Run(expected, metrics, {**prov, "profile": name, "profile_source": "built-in"}, {}, None, source)
+            made.append(run)
+            profiles[run.key] = profile.load(name).profile
+    built = report.build(made, profiles, None, report.Overrides(), "on-lumi, on-juwels")
+    report_write.write(built, tmp_path / "reports")
+    summary = (tmp_path / "reports/summary.md").read_text()
+    assert "### results/lm/tiny: on-lumi, on-juwels side by side" in summary and "GPU-hours" in summary and "core-hours" in summary
+    check_page(tmp_path / "reports", tmp_path)
+
+
+def check_page(reported: Path, tmp_path: Path) -> None:
     browser = chromium()
     page = (reported / "report.html").read_text()
     # The shipped page has no scripts; a copy gets one that reports every image's natural size.
