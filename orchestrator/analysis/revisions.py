@@ -53,13 +53,15 @@ class Revision:
     def read_runs(self, directories: Iterable[str], into: Path) -> None:
         """Each run folder's metrics, provenance and curves that the revision has."""
         for directory in directories:
-            for name in (METRICS_FILE, stages.PROVENANCE_FILE):
-                self._get(posixpath.join(directory, name), into)
+            self.read_files([posixpath.join(directory, name) for name in (METRICS_FILE, stages.PROVENANCE_FILE)], into)
             curves = posixpath.join(directory, CURVES_DIR)
             if self.fs.isdir(curves):
-                for path in self.fs.find(curves):
-                    if path.endswith(".tsv"):
-                        self._get(path, into)
+                self.read_files([path for path in self.fs.find(curves) if path.endswith(".tsv")], into)
+
+    def read_files(self, paths: Iterable[str], into: Path) -> None:
+        """These files of the revision (paths from the project's root) to the same paths under ``into``; those it lacks are skipped."""
+        for path in paths:
+            self._get(path, into)
 
     def _get(self, path: str, into: Path) -> None:
         try:

@@ -32,6 +32,9 @@ metrics = {
     "mean_step_time_s": 0.5 / speed, "torch_version": "2.13.0", "lightning_version": "2.6.6",
 }
 json.dump(metrics, open(os.path.join(out, "metrics.json"), "w"))
+os.makedirs(os.path.join(out, "profile"), exist_ok=True)  # as --profile-steps writes it
+operators = {"aten::mm": {"calls": 4, "host_total_us": 800 / speed}, "aten::add": {"calls": 2, "host_total_us": 100}}
+json.dump({"steps": 2, "operators": operators}, open(os.path.join(out, "profile", "operators.json"), "w"))
 """
 
 DVC_YAML = """\
@@ -151,3 +154,17 @@ def test_a_revision_that_does_not_exist_is_one_message(compared):
     assert not (project / "bad").exists()
     repeated = run_orchestrator("report", "--rev", "on-local", "--rev", "on-local", cwd=project)
     assert repeated.returncode == 2 and "--rev on-local named more than once" in repeated.stderr
+
+
+@pytest.mark.slow
+def test_profile_diff_compares_runs_of_two_revisions(compared):
+    project, _, _ = compared
+    done = run_orchestrator(
+        "profile-diff", "on-local:results/lm/tiny/1x1", "on-other:results/lm/tiny/1x1/profile/operators.json", "--json", cwd=project
+    )
+    assert done.returncode == 0, done.stderr
+    mm = next(row for row in json.loads(done.stdout)["rows"] if row["operator"] == "aten::mm")
+    assert (mm["baseline_host_us"], mm["exp_host_us"]) == (pytest.approx(800), pytest.approx(400)), mm  # the other cluster twice as fast
+    missing = run_orchestrator("profile-diff", "on-local:results/lm/tiny/9x9", "on-other:results/lm/tiny/1x1", cwd=project)
+    assert missing.returncode != 0, missing.stderr
+    assert "revision on-local has no results/lm/tiny/9x9/profile/operators.json" in missing.stderr, missing.stderr
