@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
 from orchestrator.jobs import arrays, backends, ledger, submission
-from orchestrator.pipeline import fingerprint, invocation, stages
+from orchestrator.pipeline import dvclock, fingerprint, invocation, stages
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.plan import Plan
@@ -63,6 +63,8 @@ def submit(
     import time
 
     now = now or time.time
+    if dvclock.mend(root):  # an earlier submit killed while DVC wrote its lock file
+        say(f"{root / '.dvc/tmp/rwlock'} was cut short by a killed DVC process: reset to an empty lock")
     batch = stale(root, cluster, runner, targets, force)
     (done,) = queue([batch], runner, now(), say)
     active = list(dict.fromkeys(commands.array_of(j.job_id) for j in done if j.state.active))  # an array's id stands for its tasks
