@@ -167,6 +167,10 @@ def _series(stage, name, runs, profiles, accounting, overrides, source) -> Serie
     smallest = runs[0].expected.config if runs else None
     if b is not None and b != 0 and runs[0].missing:
         notes.append(f"baseline {baseline}: the smallest configuration {smallest} has no metrics")
+    models = {(m.get("model"), m.get("parameters")) for r in runs if (m := r.metrics) is not None and m.get("model") is not None}
+    if len(models) > 1:
+        listed = ", ".join(f"{name} ({count or '?'} parameters)" for name, count in sorted(models, key=str))
+        notes.append(f"the runs are of different models ({listed}): their scaling is not one workload's")
     for run in runs:
         m = run.metrics or {}
         declared, ran = run.expected.gpus_per_node, number(m.get("devices"))
@@ -174,6 +178,28 @@ def _series(stage, name, runs, profiles, accounting, overrides, source) -> Serie
             notes.append(f"{run.expected.item}: dvc.yaml asks for {declared} GPU(s) per node, the run used {int(ran)}")
     rows = tuple(_row(r, p, s, profiles[r.key], accounting, overrides) for r, p, s in zip(runs, points, scaled, strict=True))
     return Series(name, stage, units.pop() if len(units) == 1 else None, scaling_mode(points), baseline, rows, tuple(notes), source)
+
+
+_WORKLOAD = (("model", "model"), ("parameters", "parameter count"), ("seq_len", "sequence length"), ("batch_size", "per-device batch"))
+
+
+def workload_notes(group: Sequence[Series]) -> list[str]:
+    """What makes the revisions of one series not the same workload (model, its size, sequence
+    length, per-device batch): said once above their side-by-side table, never silently compared."""
+    notes = []
+    for key, what in _WORKLOAD:
+        seen: dict[Any, list[str]] = {}
+        for s in group:
+            for r in s.rows:
+                value = r.metric(key)
+                if value is not None:
+                    seen.setdefault(value, [])
+                    if s.source not in seen[value]:
+                        seen[value].append(str(s.source))
+        if len(seen) > 1:
+            listed = "; ".join(f"{value} ({', '.join(sources)})" for value, sources in seen.items())
+            notes.append(f"not the same workload: {what} {listed}")
+    return notes
 
 
 def _gpus(run: Run) -> int | None:

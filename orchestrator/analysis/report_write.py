@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from orchestrator.analysis.figures import Figure, figures, slug
-from orchestrator.analysis.report import Report, Row, Series, metrics_of
+from orchestrator.analysis.report import Report, Row, Series, metrics_of, workload_notes
 from orchestrator.util import files
 
 DASH = "—"
@@ -180,7 +180,7 @@ def comparison(group: list[Series], to: float | None) -> tuple[list[str], list[l
                 _fmt(r.per_device, ",.4g"),
                 _fmt(r.scaled.speedup, ".2f", "x"),
                 _fmt(r.scaled.efficiency, ".0%"),
-                _fmt(r.mfu, ".1%"),
+                _mfu_cell(r),
                 _fmt(hours, ".3g"),
                 _fmt(r.per_million(r.energy.kwh, s.unit), ".3g"),
                 _fmt(r.per_million(r.emissions.kg, s.unit), ".3g"),
@@ -188,6 +188,42 @@ def comparison(group: list[Series], to: float | None) -> tuple[list[str], list[l
             ]
             rows.append((r.gpus if r.gpus is not None else 1 << 30, r.config, order, cells))
     return header, [cells for *_, cells in sorted(rows, key=lambda t: t[:3])]
+
+
+def _mfu_cell(r: Row) -> str:
+    """MFU, or why there is none (a cluster without a peak figure, a run without FLOPs)."""
+    if r.run.missing:
+        return DASH
+    if r.mfu is None:
+        return f"{DASH} (no peak in the profile)" if "gives no peak" in r.mfu_note else f"{DASH} (no model FLOPs)"
+    return f"{r.mfu:.1%}" + (" (the run's own peak)" if r.mfu_note.startswith("the run's own") else "")
+
+
+def breakdowns(group: list[Series]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per configuration that some revision profiled (``--profile-steps``): the step time by category,
+    each revision's microseconds and share side by side, as seed 000's execution summaries."""
+    tables = []
+    configs = list(dict.fromkeys(r.config for s in group for r in s.rows))
+    for config in configs:
+        found = []
+        for s in group:
+            for r in s.rows:
+                prof = r.metric("profile")
+                if r.config == config and isinstance(prof, dict) and isinstance(prof.get("step_ms"), (int, float)):
+                    found.append((s.source or DASH, prof))
+        if not found:
+            continue
+        categories = list(dict.fromkeys(k.removesuffix("_pct") for _, prof in found for k in prof if k.endswith("_pct")))
+        header = ["category"] + [f"{label} {what}" for label, _ in found for what in ("time (us)", "%")]
+        rows = [["average step time"] + [cell for _, prof in found for cell in (f"{prof['step_ms'] * 1000:,.0f}", "100")]]
+        for name in categories:
+            cells = []
+            for _, prof in found:
+                pct = _num(prof.get(f"{name}_pct"))
+                cells += [_fmt(None if pct is None else pct / 100 * prof["step_ms"] * 1000, ",.0f"), _fmt(pct, ".2f")]
+            rows.append([name.replace("_", " ")] + cells)
+        tables.append((config, header, rows))
+    return tables
 
 
 def _mode(s: Series) -> str:
@@ -244,7 +280,10 @@ def markdown(report: Report) -> str:
     for (_, name), group in report.compared().items():
         if len(group) > 1:
             out += [f"### {name}: {', '.join(str(s.source) for s in group)} side by side", ""]
+            out += [f"- {_md(line)}" for line in workload_notes(group)]
             out += _md_table(*comparison(group, report.to)) + [""]
+            for config, header, rows in breakdowns(group):
+                out += [f"Step time breakdown, {config} (profiled steps):", ""] + _md_table(header, rows) + [""]
         for s in group:
             out += [f"### {s.label}", ""]
             out += [f"- {_md(line)}" for line in _series_lines(s)] + [""]
@@ -289,7 +328,12 @@ def page(report: Report, figs: Iterable[Figure]) -> str:
     for (_, name), group in report.compared().items():
         if len(group) > 1:
             body.append(f"<h2>{e(name)}: {e(', '.join(str(s.source) for s in group))} side by side</h2>")
+            notes = workload_notes(group)
+            if notes:
+                body.append("<ul class='notes'>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
             body.append(_html_table(*comparison(group, report.to)))
+            for config, header, rows in breakdowns(group):
+                body.append(f"<p>Step time breakdown, {e(config)} (profiled steps):</p>" + _html_table(header, rows))
             body += [_img(f) for f in figs if f.name == f"scaling-{slug(name)}"]
         for s in group:
             body += _html_series(s, figs, "h3" if len(group) > 1 else "h2", own_scaling=len(group) == 1)

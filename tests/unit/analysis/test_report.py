@@ -93,3 +93,31 @@ def test_cost_in_the_sites_billing_units_by_the_partition_the_job_ran_on():
 
     header, rows = report_write.table(report.series[0])
     assert "cost (GPU-hours)" in header and [row[header.index("cost (GPU-hours)")] for row in rows] == ["1", "—", "8"]
+
+
+def test_two_revisions_side_by_side_say_what_differs_and_what_is_missing():
+    """Bad input for a comparison: two models in one series, a cluster whose profile has no peak,
+    a run only one revision profiled; each said in the table, nothing compared silently."""
+    from orchestrator.analysis import report_write
+
+    def at(source: str, config: str, model: str, **extra) -> runs.Run:
+        made = run(config, weak(int(config[0]) * int(config[2]), 100.0, model=model, parameters=10, model_tflops_per_device=50.0, **extra))
+        return runs.Run(made.expected, made.metrics, {"profile": source}, {}, None, source)
+
+    profiled = {"profile": {"step_ms": 200.0, "kernel_pct": 90.0, "cpu_exec_pct": 10.0}}
+    made = [at("on-lumi", "1x4", "tiny", **profiled), at("on-lumi", "2x4", "tiny"), at("on-local", "1x4", "small")]
+    chosen = {r.key: profile.load("lumi" if r.source == "on-lumi" else "local").profile for r in made}
+    built = rp.build(made, chosen, None, rp.Overrides(), "on-lumi, on-local")
+    group = next(iter(built.compared().values()))
+    assert [s.source for s in group] == ["on-lumi", "on-local"]
+    assert rp.workload_notes(group) == ["not the same workload: model tiny (on-lumi); small (on-local)"]
+    header, rows = report_write.comparison(group, None)
+    mfu = {(row[0], row[1]): row[header.index("MFU (own peak)")] for row in rows}
+    assert mfu[("1x4", "on-local")] == "— (no peak in the profile)" and mfu[("1x4", "on-lumi")].endswith("%")
+    ((config, header, rows),) = report_write.breakdowns(group)  # only on-lumi's 1x4 was profiled
+    assert config == "1x4" and header == ["category", "on-lumi time (us)", "on-lumi %"]
+    assert rows == [["average step time", "200,000", "100"], ["kernel", "180,000", "90.00"], ["cpu exec", "20,000", "10.00"]]
+    summary = report_write.markdown(built)
+    assert "- not the same workload: model tiny (on-lumi); small (on-local)" in summary and "Step time breakdown, 1x4" in summary
+    one = rp.build([at("on-lumi", "1x4", "tiny"), at("on-lumi", "2x4", "small")], chosen, None, rp.Overrides(), "x")
+    assert any("the runs are of different models (small (10 parameters), tiny (10 parameters))" in n for n in one.series[0].notes)

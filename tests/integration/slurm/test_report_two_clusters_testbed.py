@@ -1,0 +1,60 @@
+"""Issue 15's acceptance on this machine: the shipped matrix (its `benchmark` stage) run on the
+`local` profile and on the testbed's Slurm, each kept as a DVC experiment, then one report
+of both; the workspace run again on one cluster leaves the other's rows as they were."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+from support import ROOT, dvc_exp, make_project, run_orchestrator, with_git
+
+ACCOUNT = "project_465000858"
+
+
+def exp_run(project, name: str, *settings: str) -> None:
+    done = dvc_exp(project, "exp", "run", "-n", name, *(a for s in settings for a in ("-S", s)), "benchmark", timeout=1200)
+    assert done.returncode == 0, f"{name}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+
+
+def report(project, out: str, *revs: str) -> dict:
+    done = run_orchestrator("report", "benchmark", *(a for r in revs for a in ("--rev", r)), "--out", out, cwd=project, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads((project / out / "report.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_shipped_matrix_on_local_and_on_the_testbed_in_one_report(slurm_testbed, tmp_path):
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["orchestrator"].update(cluster="local", account=ACCOUNT)
+    params["benchmark"].update(device_cfgs=[{"num_nodes": 1, "num_gpus": 1}, {"num_nodes": 1, "num_gpus": 2}], max_steps=8, time="00:10:00")
+    project = make_project(tmp_path / "p", dvc_yaml=(ROOT / "dvc.yaml").read_text(), params_yaml=yaml.safe_dump(params, sort_keys=False))
+    shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    with_git(project, "the shipped pipeline")
+
+    exp_run(project, "on-local")
+    exp_run(project, "on-testbed", "orchestrator.cluster=testbed")
+    both = report(project, "cmp", "on-local", "on-testbed")
+
+    items = [f"benchmark@pydoc-topics-tiny-device_cfg{i}" for i in (0, 1)]
+    assert sorted(both) == sorted(f"{rev}:{item}" for rev in ("on-local", "on-testbed") for item in items)
+    assert not any(row["missing"] for row in both.values()) and all(row["throughput"] > 0 for row in both.values())
+    summary = (project / "cmp/summary.md").read_text()
+    side = summary.split("on-local, on-testbed side by side", 1)[1].split("\n### ", 1)[0]
+    for config in ("1x1", "1x2"):
+        assert f"| {config} | on-local | local · " in side and f"| {config} | on-testbed | testbed · " in side, side
+    figures = {p.name for p in (project / "cmp/figures").iterdir()}
+    series = "results-benchmark-pydoc-topics-tiny"
+    assert {f"scaling-{series}.png", f"steptime-{series}--on-local.png", f"steptime-{series}--on-testbed.png"} <= figures, figures
+    # Every number traceable: each testbed row names its Slurm job and the commit, read from the experiment's provenance.
+    page = (project / "cmp/report.html").read_text()
+    assert page.count("(slurm, profile testbed)") == 2 and page.count("(local, profile local)") == 2, page[-3000:]
+
+    # The workspace again, on local only: the testbed's experiment and rows stay as they were.
+    exp_run(project, "on-local-again", "orchestrator.cluster=local", "benchmark.seed=7")
+    again = report(project, "cmp2", "on-local-again", "on-testbed")
+    for item in items:
+        assert again[f"on-testbed:{item}"] == both[f"on-testbed:{item}"]
+        assert not again[f"on-local-again:{item}"]["missing"]
