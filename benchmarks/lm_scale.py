@@ -74,12 +74,17 @@ def corpus(work: Path, size: str) -> tuple[Path, dict]:
     return path, json.loads(facts.read_text())
 
 
-def project(where: Path, text: Path, shards: int, steps: int) -> Path:
-    """The shipped pipeline on the CPU testbed, its corpus ``text`` (hard-linked in: no copy)."""
-    if where.exists():
-        shutil.rmtree(where)
-    (where / "data").mkdir(parents=True)
-    os.link(text, where / "data/corpus.jsonl")
+def project(where: Path, text: Path, shards: int, steps: int, reuse: bool = False) -> Path:
+    """The shipped pipeline on the CPU testbed, its corpus ``text`` (hard-linked in: no copy).
+    ``reuse``: keep an earlier project's prepared shards (DVC runs only what the current
+    code and params make stale: the training, after a change to it)."""
+    if reuse and (where / "dvc.lock").is_file():
+        shutil.rmtree(where / "experiments")
+    else:
+        if where.exists():
+            shutil.rmtree(where)
+        (where / "data").mkdir(parents=True)
+        os.link(text, where / "data/corpus.jsonl")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["orchestrator"].update(cluster=str(cpu_profile(where.parent)), account=ACCOUNT, read_in_place=["data/lm/tokens"])
     params["lm"].update(
@@ -95,10 +100,11 @@ def project(where: Path, text: Path, shards: int, steps: int) -> Path:
     params["lm"]["prepare"].update(shards=list(range(shards)), num_shards=shards, time="01:00:00")
     (where / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     shutil.copy(ROOT / "dvc.yaml", where / "dvc.yaml")
-    (where / "containers").mkdir()
+    (where / "containers").mkdir(exist_ok=True)
     shutil.copy(ROOT / "containers/none.digest", where / "containers/none.digest")
     shutil.copytree(ROOT / "experiments", where / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=where, check=True)
+    if not (where / ".dvc").is_dir():
+        subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=where, check=True)
     return where
 
 
@@ -186,8 +192,10 @@ def prepare_wall(work: Path, size: str, counts: list[int]) -> list[dict]:
     return rows
 
 
-def check(small: dict, large: dict, shards: int) -> list[str]:
+def check(small: dict, large: dict, shards: int, reused: bool = False) -> list[str]:
     found = []
+    if reused and not large["shard_tasks"]:
+        large = {**large, "shard_tasks": shards, "shard_array_ids": ["(an earlier run's)"]}
     if large["corpus"]["documents"] < MIN_DOCUMENTS or large["corpus"]["bytes"] < MIN_BYTES:
         found.append(f"the large corpus is {large['corpus']}: below {MIN_DOCUMENTS} documents or {MIN_BYTES} bytes")
     if large["shard_tasks"] < max(MIN_SHARDS, shards) or len(large["shard_array_ids"]) != 1:
@@ -213,6 +221,9 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/lm_scale"))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/out/lm_scale.json")
     parser.add_argument(
+        "--reuse", action="store_true", help="keep the shards an earlier run prepared (the prepare array is then not checked or measured)"
+    )
+    parser.add_argument(
         "--shard-counts", help="instead: only the prepare stages of the --large corpus for each of these shard counts (e.g. 1,2,4,8)"
     )
     args = parser.parse_args()
@@ -227,9 +238,10 @@ def main() -> int:
     rows = {}
     for label, size in (("small", args.small), ("large", args.large)):
         text, facts = corpus(args.work, size)
-        rows[label] = run(project(args.work / f"project-{label}", text, args.shards, args.steps), label, facts, args.shards)
+        where = project(args.work / f"project-{label}", text, args.shards, args.steps, reuse=args.reuse)
+        rows[label] = run(where, label, facts, args.shards)
         print(f"{label} ({size}): {json.dumps(rows[label])}", flush=True)
-    problems = check(rows["small"], rows["large"], args.shards)
+    problems = check(rows["small"], rows["large"], args.shards, args.reuse)
     result = {"sizes": {"small": args.small, "large": args.large}, "shards": args.shards, "steps": args.steps, **rows, "problems": problems}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

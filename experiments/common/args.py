@@ -20,6 +20,14 @@ def positive(text: str) -> int:
     return value
 
 
+def non_negative(text: str) -> int:
+    """An integer of at least 0 (0 where it means "all" or "none")."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def add_accelerator(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--accelerator",

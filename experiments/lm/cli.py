@@ -18,7 +18,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 
 from experiments.common import peak, profiling, speed
-from experiments.common.args import add_accelerator, positive, resolve_device
+from experiments.common.args import add_accelerator, non_negative, positive, resolve_device
 from experiments.common.run import Run
 from experiments.common.run import build_trainer as common_trainer
 from experiments.lm import data as lm_data
@@ -27,6 +27,9 @@ from experiments.lm.datamodule import LMDataModule
 from experiments.lm.module import CausalLM
 
 STRATEGIES = ("auto", "ddp", "fsdp")
+# Validation sequences after training: about half a million tokens at seq_len 128, enough for a
+# loss to compare runs by, and a bounded cost whatever the corpus (nanoGPT evaluates a fixed 200 batches).
+VAL_ROWS = 4096
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     tokenizer_help = "auto: a prepared corpus's; for raw text BPE when `tokenizers` is installed, else bytes"
     parser.add_argument("--tokenizer", choices=tokenizer.KINDS, default="auto", help=tokenizer_help)
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per process (each maps the token files itself)")
+    parser.add_argument(
+        "--val-rows",
+        type=non_negative,
+        default=VAL_ROWS,
+        help=f"validation sequences, spread over the split (default {VAL_ROWS}; 0: all of it)",
+    )
     parser.add_argument(
         "--activation-checkpointing", action="store_true", help="recompute each block's activations in the backward: larger batches fit"
     )
@@ -145,12 +154,13 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
         f"batch_size={args.batch_size} seq_len={args.seq_len} goldfish_k={args.goldfish_k} max_steps={args.max_steps}"
     )
     trainer = build_trainer(args, run.callbacks(headline), run.logger())
-    run.fit(trainer, module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers))
+    run.fit(trainer, module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers, args.val_rows))
 
     def results(logged) -> dict:
         return {
             "val_perplexity": math.exp(logged["val_loss"].item()),
             "seq_len": args.seq_len,
+            "val_rows": min(args.val_rows or len(data.val), len(data.val)),
             "strategy": args.strategy,
             "data": args.data,
             "data_fingerprint": data.fingerprint,

@@ -9,19 +9,20 @@ sampler (``use_distributed_sampler=False`` in the trainer): the order shards its
 from __future__ import annotations
 
 import pytorch_lightning as pl
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from experiments.lm.data import LMData
 from experiments.lm.sampler import StepBatchSampler, StepLoader
 
 
 class LMDataModule(pl.LightningDataModule):
-    def __init__(self, data: LMData, batch_size: int, seed: int, num_workers: int = 0):
+    def __init__(self, data: LMData, batch_size: int, seed: int, num_workers: int = 0, val_rows: int = 0):
         super().__init__()
         self.data = data
         self.batch_size = batch_size  # per device
         self.seed = seed
         self.num_workers = num_workers
+        self.val = evenly_spaced(data.val, val_rows)
 
     def train_dataloader(self) -> StepLoader:
         trainer = self.trainer
@@ -34,10 +35,22 @@ class LMDataModule(pl.LightningDataModule):
             start_step=trainer.global_step,  # restored from the checkpoint by now
             steps=trainer.max_steps,
         )
+        sampler.ahead = getattr(self.data.train, "will_need", None)
         return StepLoader(self.data.train, sampler, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         trainer = self.trainer
         # Each rank a share; where the rows do not divide, a few repeat so every rank runs as many batches.
-        shard = DistributedSampler(self.data.val, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
-        return DataLoader(self.data.val, self.batch_size, sampler=shard, num_workers=self.num_workers)
+        shard = DistributedSampler(self.val, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
+        return DataLoader(self.val, self.batch_size, sampler=shard, num_workers=self.num_workers)
+
+
+def evenly_spaced(rows: Dataset, count: int) -> Dataset:
+    """``count`` rows spread evenly over ``rows`` (every shard's part of the split), or all of
+    them when ``count`` is 0 or not fewer. A pass over the whole held-out split of a corpus of
+    billions of tokens would take longer than the training it checks; a fixed sample keeps the
+    validation loss comparable between runs and layouts (every layout reads the same rows)."""
+    total = len(rows)  # type: ignore[arg-type]
+    if not count or count >= total:
+        return rows
+    return Subset(rows, [i * total // count for i in range(count)])

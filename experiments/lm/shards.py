@@ -28,7 +28,7 @@ import mmap
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -318,12 +318,33 @@ class TokenRows:
     def __getitem__(self, row: int):
         import torch
 
+        file, offset = self._where(row)
+        return torch.from_numpy(self._map(file)[offset : offset + self.width].astype(np.int64))
+
+    def will_need(self, rows: Iterable[int]) -> None:
+        """Ask the kernel to read these rows' pages now, in the background (MADV_WILLNEED).
+
+        The training asks for the next step's rows while this step computes: a row read
+        from a shard not in the page cache costs a disk read (0.6 ms each here, 2.7 ms for
+        a batch of 4), which would otherwise be waited for at the next step's start.
+        """
+        for row in rows:
+            file, offset = self._where(row)
+            tokens = self._map(file)
+            mapped = getattr(tokens.base, "obj", None)  # the array's memoryview's mmap
+            if not isinstance(mapped, mmap.mmap) or not hasattr(mapped, "madvise"):
+                return
+            itemsize = tokens.itemsize
+            start = offset * itemsize // mmap.PAGESIZE * mmap.PAGESIZE
+            mapped.madvise(mmap.MADV_WILLNEED, start, (offset + self.width) * itemsize - start)
+
+    def _where(self, row: int) -> tuple[int, int]:
+        """The file holding ``row`` and the row's first token in it."""
         row = int(row)
         if not 0 <= row < len(self):
             raise IndexError(f"row {row} of {len(self)}")
         file = bisect.bisect_right(self.starts, row) - 1
-        offset = (row - self.starts[file]) * self.width
-        return torch.from_numpy(self._map(file)[offset : offset + self.width].astype(np.int64))
+        return file, (row - self.starts[file]) * self.width
 
     def _map(self, file: int) -> np.ndarray:
         if file in self._maps:

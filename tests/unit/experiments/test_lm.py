@@ -526,3 +526,18 @@ def test_resuming_from_the_first_batch_would_be_caught(in_process, monkeypatch):
     lm.main([*argv, "--output", "cut"])
     whole, resumed = model_weights(in_process / "whole"), model_weights(in_process / "cut")
     assert not all(torch.equal(whole[name], resumed[name]) for name in whole)
+
+
+def test_validation_reads_a_fixed_sample_spread_over_the_split():
+    """A pass over the whole held-out split of a 2 GB corpus outlasted the training it checks (found
+    at 2 GB on the testbed); --val-rows rows spread over every shard's part are read instead."""
+    require_training()
+    from experiments.lm import cli
+    from experiments.lm.datamodule import evenly_spaced
+
+    rows = list(range(10))
+    assert list(evenly_spaced(rows, 4)) == [0, 2, 5, 7]
+    assert evenly_spaced(rows, 0) is rows and evenly_spaced(rows, 10) is rows and evenly_spaced(rows, 99) is rows
+    assert cli.build_parser().parse_args(["--output", "o"]).val_rows == cli.VAL_ROWS
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["--output", "o", "--val-rows", "-1"])
