@@ -24,7 +24,13 @@ from orchestrator.errors import OrchestratorError
     help="Output folder [default: .orchestrator/scripts/CLUSTER].",
 )
 @click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
-@click.option("--check", "do_check", is_flag=True, help="Check every plan and script (bash -n, shellcheck); exit non-zero on any problem.")
+@click.option(
+    "--check",
+    "do_check",
+    is_flag=True,
+    help="Check every plan and script (bash -n, shellcheck) and, on the cluster, the image file; exit non-zero on any problem. "
+    "Warns of files a staged command names but its stage does not declare.",
+)
 @click.option("--no-shellcheck", is_flag=True, help="With --check: skip shellcheck.")
 @project_option
 def render(
@@ -36,7 +42,7 @@ def render(
     Nothing is written unless every item could be planned (and, with --check,
     every script passed its checks).
     """
-    from orchestrator.scripts import matrix
+    from orchestrator.scripts import cluster_checks, matrix
     from orchestrator.scripts.plan import safe_name
     from orchestrator.scripts.workspace import SCRIPTS_DIR
     from orchestrator.util.runner import SubprocessRunner
@@ -46,8 +52,12 @@ def render(
         if out is not None:  # checked before the matrix is planned, which takes minutes for a big one
             out_dir = _enter(stack, matrix.scripts_folder(out), out, "--out")
         rendered = matrix.render_matrix(project, cluster, runner, targets, form)  # type: ignore[arg-type]
+        found = cluster_checks.Findings()
         if do_check:
-            rendered = matrix.check_or_raise(rendered, runner, shellcheck=not no_shellcheck)
+            found = cluster_checks.check(rendered.plans, rendered.profile, runner)
+            for line in found.warnings:  # before the checks that may fail: they are worth seeing either way
+                click.secho(f"warning: {line}", err=True, fg="yellow")
+            rendered = matrix.check_or_raise(rendered, runner, shellcheck=not no_shellcheck, more=found.problems)
         if out is None:
             default = project / SCRIPTS_DIR / safe_name(rendered.profile.name)
             out_dir = _enter(stack, matrix.scripts_folder(default), default, "the scripts folder")
@@ -58,7 +68,7 @@ def render(
     summary(rendered.plans)
     for group, device in sorted(rendered.devices.items()):
         click.echo(f"stage {group} on {device.accelerator.upper()}: {device.why}")
-    for line in notes(rendered.plans):
+    for line in [*notes(rendered.plans), *found.notes]:
         click.echo(f"note: {line}")
     checked = " and checked" if do_check else ""
     click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
@@ -111,12 +121,16 @@ def notes(plans, shown: int = 3) -> list[str]:
 def summary(plans, limit: int = 40) -> None:
     """A row per item for small matrices; per layout for big ones (a table of
     thousands of rows helps no one and costs half a second)."""
+    billed = any(p.billed for p in plans)  # the site's units an hour, where the profile states its billing
+    columns = ("nodes x tasks", "on", "partition", "time") + (("billed",) if billed else ())
+
+    def row(p) -> tuple[str, ...]:
+        return (f"{p.nodes}x{p.tasks_per_node}", p.accelerator, p.partition or "-", p.time or "-") + ((p.billed or "-",) if billed else ())
+
     if len(plans) <= limit:
-        rows = [(p.item, f"{p.nodes}x{p.tasks_per_node}", p.accelerator, p.partition or "-", p.time or "-") for p in plans]
-        table(("item", "nodes x tasks", "on", "partition", "time"), rows)
+        table(("item", *columns), [(p.item, *row(p)) for p in plans])
         return
-    counts: dict[tuple[str, str, str, str], int] = {}
+    counts: dict[tuple[str, ...], int] = {}
     for p in plans:
-        key = (f"{p.nodes}x{p.tasks_per_node}", p.accelerator, p.partition or "-", p.time or "-")
-        counts[key] = counts.get(key, 0) + 1
-    table(("items", "nodes x tasks", "on", "partition", "time"), [(str(n), *key) for key, n in counts.items()])
+        counts[row(p)] = counts.get(row(p), 0) + 1
+    table(("items", *columns), [(str(n), *key) for key, n in counts.items()])

@@ -53,6 +53,9 @@ class Partition:
     # nodes are not the profile's `node` (LUMI-C's CPU nodes under the LUMI-G profile).
     # None: the profile's node (Node.usable_cpus).
     cpus_per_node: int | None = None
+    # False: used only when a job names it (debug queues, few jobs per user); True: the plan
+    # may pick it for a job that names none, where it bills least (scripts/partitions.py).
+    automatic: bool = True
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,13 @@ class Billing:
     # node counts them (on LUMI one GCD, half an MI250X).
     per_gpu_hour: float | None = None
     source: str = ""  # where the rates come from: a URL and what it says (printed in the report)
+
+    def hourly(self, nodes: int, gpus: int, whole_node: bool) -> float | None:
+        """Units one hour of this allocation costs: every node on a whole-node partition, else
+        its GPUs; None when the rate that applies is not stated (never the other rate instead)."""
+        if whole_node:
+            return None if self.per_node_hour is None else nodes * self.per_node_hour
+        return None if self.per_gpu_hour is None else gpus * self.per_gpu_hour
 
 
 @dataclass(frozen=True)

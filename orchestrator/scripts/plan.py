@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
 from orchestrator import __version__
-from orchestrator.config import binding
+from orchestrator.config import binding, params
 from orchestrator.config.params import Settings
 from orchestrator.config.profile import LEAKED_CONTAINER_VARS, LoadedProfile, Partition, Profile
 from orchestrator.pipeline.runargs import JobSpec, lightning_layout
-from orchestrator.scripts import devices, quoting
+from orchestrator.scripts import devices, partitions, quoting
 from orchestrator.scripts.devices import Accelerator, Devices
 from orchestrator.scripts.quoting import Shell, quote, quote_runtime
 from orchestrator.slurm import times
@@ -39,6 +40,9 @@ class ContainerExec:
     flags: tuple[Shell, ...]  # one option (with its value) each: GPU flag, binds, working dir
     image: Shell
     setup: str  # shell code run inside the container before the command ("" if none)
+    # params' own image file (orchestrator.image: x.sif), absolute: what `render --check` looks for
+    # on the cluster (scripts.cluster_checks). None: the profile's container.image.
+    file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Plan:
     binding: binding.Binding | None
     problems: tuple[str, ...]
     notes: tuple[str, ...] = ()  # what `render` should say about a job that is fine but costly
+    billed: str | None = None  # what an hour of the job costs on its partition, in the site's units (profile's site.billing)
 
     @property
     def command_line(self) -> Shell:
@@ -154,8 +159,13 @@ def make_plan(
         problems.append(f"form {form!r} does not fit profile {p.name!r}: use {allowed}")
     tasks = 1 if cpus is not None else job.gpus_per_node
     account = job.account or settings.account
-    partition_name = _partition_name(job, p, settings)
     time = job.time or settings.time or p.scheduler.default_time
+    chosen = None
+    if cpus is None and p.uses_slurm:
+        chosen = partitions.choose(job.partition or settings.partition, p, job.nodes, job.gpus_per_node, time)
+        partition_name = chosen.name
+    else:
+        partition_name = _partition_name(job, p, settings)
     partition = p.scheduler.partitions.get(partition_name or "")
     problems += device.problems
     problems += _resource_problems(job, p, tasks, device.accelerator, partition_name, partition)
@@ -208,7 +218,7 @@ def make_plan(
     run_dir = _shared(
         Shell('"$ORCH_STAGE"' + quote("/" + wdir)) if staging and wdir else Shell('"$ORCH_STAGE"') if staging else quote(workdir)
     )
-    container = _container(p, job, workspace, run_dir, problems) if job.container and p.container.runtime else None
+    container = _container(p, job, workspace, run_dir, problems, settings.image_file) if job.container and p.container.runtime else None
     return Plan(
         item=item,
         profile=p.name,
@@ -241,7 +251,10 @@ def make_plan(
         command=job.command,
         binding=_shared(bound if whole_node else None),
         problems=tuple(problems),
-        notes=tuple(_cpu_job_notes(job, p, partition_name, partition)),
+        notes=tuple(_cpu_job_notes(job, p, partition_name, partition))
+        + _image_notes(p, job, settings, inputs)
+        + ((chosen.note,) if chosen and chosen.note else ()),
+        billed=chosen.billed if chosen else None,
     )
 
 
@@ -334,7 +347,7 @@ def _lightning_problems(job: JobSpec, tasks: int) -> list[str]:
     return found
 
 
-NO_IMAGE = "none"
+NO_IMAGE = params.NO_IMAGE
 
 
 def _image_problems(p: Profile, job: JobSpec, settings: Settings) -> list[str]:
@@ -343,9 +356,25 @@ def _image_problems(p: Profile, job: JobSpec, settings: Settings) -> list[str]:
         return [
             f"profile {p.name} runs every task in a container ({p.container.image}), but params.yaml's "
             f"orchestrator.image is {NO_IMAGE!r}: name the containers/images.yaml entry built for it, so that "
-            "its digest (containers/<image>.digest, a dependency of the stage) makes the stage stale when the image changes"
+            "its digest (containers/<image>.digest, a dependency of the stage) makes the stage stale when the image changes, "
+            "or your own image file (a path ending .sif)"
         ]
     return []
+
+
+def _image_notes(p: Profile, job: JobSpec, settings: Settings, inputs: tuple[str, ...] | None) -> tuple[str, ...]:
+    """A dvc.yaml item in params' own image file whose stage does not pin it: allowed (see
+    params.Settings.image_file), but a new image will not make the item stale."""
+    image = settings.image_file
+    if image is None or inputs is None or not (job.container and p.container.runtime):
+        return ()
+    dep = params.digest_dep(image)
+    if dep in inputs:
+        return ()
+    return (
+        f"runs in {image}, which no dependency pins: a new image will not make the stage stale; to make it, "
+        f"`sha256sum {image} > {dep}` and add {dep} (a path from the project's root) to the stage's deps",
+    )
 
 
 def _slurm_problems(
@@ -459,9 +488,12 @@ def _compile_caches(p: Profile) -> tuple[str, ...]:
     return tuple(v for v in COMPILE_CACHES if v not in p.environment.variables)  # the environment's values that differ between items
 
 
-def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problems: list[str]) -> ContainerExec | None:
+def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problems: list[str], file: str | None) -> ContainerExec | None:
+    """``file``: params' own image file (absolute, or relative to the workspace), run in place of the profile's image."""
     c = p.container
-    if not c.image:
+    if file is not None:
+        file = posixpath.normpath(posixpath.join(workspace, file))
+    elif not c.image:
         problems.append(f"profile {p.name} names a container runtime but no image (container.image)")
         return None
     flags: list[Shell] = []
@@ -478,4 +510,5 @@ def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problem
     flags += [Shell(f"--bind {b}") for b in binds]
     flags.append(Shell(f"--pwd {run_dir}"))
     setup = "; ".join((*c.setup, 'exec "$@"')) if c.setup else ""
-    return ContainerExec(runtime=c.runtime or "", flags=tuple(flags), image=quote_runtime(c.image), setup=setup)
+    image = quote(file) if file is not None else quote_runtime(c.image or "")
+    return ContainerExec(runtime=c.runtime or "", flags=tuple(flags), image=image, setup=setup, file=file)

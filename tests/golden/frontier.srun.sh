@@ -20,9 +20,16 @@ mkdir -p .orchestrator/logs
 orch_task() {
   set -euo pipefail
   export USER="${USER:-$(id -un)}"  # profiles refer to it; not every launcher sets it
+  export FI_CXI_DEFAULT_CQ_SIZE="131072"
+  export FI_CXI_DEFAULT_TX_SIZE="2048"
   export FI_CXI_DISABLE_CQ_HUGETLB="1"
+  export FI_CXI_DISABLE_HOST_REGISTER="1"
+  export FI_CXI_RX_MATCH_MODE="hybrid"
+  export FI_MR_CACHE_MONITOR="kdreg2"
+  export HSA_FORCE_FINE_GRAIN_PCIE="1"
   export MIOPEN_CUSTOM_CACHE_DIR="/tmp/${USER}-miopen-cache-${SLURM_NODEID}"
   export MIOPEN_USER_DB_PATH="/tmp/${USER}-miopen-cache-${SLURM_NODEID}"
+  export NCCL_CROSS_NIC="1"
   export NCCL_NET_GDR_LEVEL="PHB"
   export NCCL_SOCKET_IFNAME="hsn0,hsn1,hsn2,hsn3"
   export OMP_NUM_THREADS=7
@@ -48,7 +55,6 @@ orch_task() {
   # must not kill a task that is still starting (ignoring survives exec).
   trap '' "$ORCH_REQUEUE_SIGNAL"
   exec apptainer exec \
-    --rocm \
     --bind "/opt/cray" \
     --bind "/lustre/orion" \
     --bind "/var/spool/slurmd" \

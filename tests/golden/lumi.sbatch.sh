@@ -63,7 +63,6 @@ orch_task() {
   # must not kill a task that is still starting (ignoring survives exec).
   trap '' "$ORCH_REQUEUE_SIGNAL"
   exec singularity exec \
-    --rocm \
     --bind "/var/spool/slurmd" \
     --bind "/opt/cray" \
     --bind "/usr/lib64/libcxi.so.1" \

@@ -38,7 +38,7 @@ def test_lumi_executor_carries_the_plan(tmp_path, no_slurm_needed):
     # submitit's python is the plan's task: environment, then singularity exec <flags> <image> python.
     assert ex.python == "bash -c 'orch_task \"$@\"' orch-task"
     container = setup[setup.index("  exec singularity exec \\") :]
-    assert container[1] == "    --rocm \\"
+    assert container[1] == '    --bind "/var/spool/slurmd" \\'
     assert f"    --bind {tmp_path}/submitit \\" in container  # the pickles must be visible inside
     assert '    "/project/${SLURM_JOB_ACCOUNT}/containers/orchestrator.sif" \\' in container
     assert container[-3:] == ['    python "$@"', "}", "export -f orch_task"]

@@ -45,8 +45,8 @@ def test_lumi_cpu_job_goes_to_lumi_c_small_without_a_gpu():
     env = env_of(p)
     assert (env["OMP_NUM_THREADS"], env["ORCH_DEVICES"], env["ORCH_ACCELERATOR"]) == ("16", "1", "cpu")
     assert all(env[var] == "''" for var in devices.HIDE_GPUS) and "ORCH_PEAK_TFLOPS" not in env
-    assert "--rocm" not in p.container.flags  # no GPU asked for, none to pass into the container
-    assert "--rocm" in cpu_plan("lumi", None).container.flags  # the GPU layout keeps it
+    # No GPU asked for, none to pass into the container (LUMI's images bring their own ROCm: no flag there at all).
+    assert "--nv" not in cpu_plan("juwels-booster", 4).container.flags and "--nv" in cpu_plan("juwels-booster", None).container.flags
 
 
 def test_testbed_cpu_job_takes_a_whole_node_of_its_one_partition():
