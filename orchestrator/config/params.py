@@ -17,9 +17,11 @@ Two sections belong to us:
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from orchestrator.errors import ConfigError
@@ -39,8 +41,10 @@ class Settings:
     account: str | None = None
     partition: str | None = None
     time: str | None = None
-    # The containers/images.yaml entry the jobs run in ("none": on the host). dvc.yaml's
-    # training stages depend on containers/<image>.digest, so a new image makes them stale.
+    # What the tasks run in on a profile with a container runtime: "none" (the host), a
+    # containers/images.yaml entry (dvc.yaml's training stages depend on
+    # containers/<image>.digest, so a new image makes them stale), or an image file of your
+    # own, a path ending .sif (see image_file).
     image: str | None = None
     # Where the items' processes run: auto (on a profile's GPUs; on `local`, on this
     # machine's GPUs when every item of a stage fits on them, else all on CPU), gpu (refuse
@@ -58,6 +62,63 @@ class Settings:
     # dependency paths, relative to the project, or folders above them. Set it per cluster
     # (clusters: NAME: orchestrator: read_in_place: [...]) where the shared storage is fast.
     read_in_place: tuple[str, ...] = ()
+
+    @property
+    def image_file(self) -> str | None:
+        """The image file ``image`` names, as written; None for ``none`` or an images.yaml entry.
+
+        A value ending in ``.sif`` is a file: absolute as written, or relative to the
+        project (the folder of params.yaml and dvc.yaml; ``..`` may lead out of it, to an
+        image several clones share). On a profile with a container runtime every task runs
+        in it, in place of the profile's ``container.image``: a team's own SIF needs neither
+        an images.yaml entry nor a profile file. It is written as it is (``$`` and ``~`` are
+        refused, never expanded), so a path that differs per cluster goes in
+        ``clusters.NAME.orchestrator.image``.
+
+        Staleness is the user's choice, not a rule: a stage that lists
+        ``containers/<name>.digest`` (:func:`digest_dep`; ``sha256sum klajster.sif >
+        containers/klajster.digest``) among its deps goes stale when that file changes, as
+        with a built image; a stage without it is planned all the same, with a note. The SIF
+        itself is no good as a dependency: DVC would hash gigabytes, and a file that exists
+        only on the cluster would break ``dvc status`` everywhere else.
+
+        Whether the file exists is not checked when planning: it often lives only on the
+        cluster, and ``render`` on a laptop must work. ``render --check`` looks for it where
+        the profile's jobs run (:mod:`orchestrator.scripts.cluster_checks`).
+        """
+        image = self.image or NO_IMAGE
+        return image if image.endswith(IMAGE_FILE_SUFFIX) else None
+
+
+NO_IMAGE = "none"
+IMAGE_FILE_SUFFIX = ".sif"
+DIGEST_DIR = "containers"  # where `container build` writes an image's digest (containers.images.CONTAINERS_DIR)
+
+
+def digest_dep(image_file: str) -> str:
+    """The dependency that pins an image file: ``containers/<its name without .sif>.digest``."""
+    return f"{DIGEST_DIR}/{PurePosixPath(image_file).name.removesuffix(IMAGE_FILE_SUFFIX)}.digest"
+
+
+def image_problem(image: str) -> str | None:
+    """Why ``image`` is neither ``none``, an images.yaml entry's name nor a usable .sif path; None if it is one."""
+    if image.endswith(IMAGE_FILE_SUFFIX):
+        if PurePosixPath(image).name == IMAGE_FILE_SUFFIX:
+            return f"{image!r} has no file name before {IMAGE_FILE_SUFFIX}"
+        if "$" in image or image.startswith("~"):
+            return (
+                f"{image!r}: params values are not expanded; write the image file's path as it is (absolute, or relative "
+                "to the project), and a path that differs per cluster in clusters.NAME.orchestrator.image"
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in image):
+            return f"{image!r} has a control character"
+        return None
+    if "/" in image:
+        return (
+            f"{image!r} is a path, but an image file must end in {IMAGE_FILE_SUFFIX}; valid: {NO_IMAGE} (on the host), "
+            f"a containers/images.yaml entry's name, or a .sif file (absolute, or relative to the project)"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -84,6 +145,28 @@ class Params:
         return from_data(merge(self.data, overlay), source=f"{PARAMS_FILE} with clusters.{cluster}")
 
 
+def section_text(cluster: str, account_example: str | None = None) -> str:
+    """The ``orchestrator`` section `orchestrator init` appends to a project's params.yaml:
+    every key a new project must decide on, with what it may be (the account left null)."""
+    example = f", e.g. {account_example}" if account_example else ""
+    return (
+        "# How `orchestrator run` runs this project's stages (added by `orchestrator init`).\n"
+        "orchestrator:\n"
+        f"  cluster: {_yaml_scalar(cluster)}  # the profile jobs run on: local (this machine), a built-in "
+        "(`orchestrator clusters`) or a profile file\n"
+        f"  account: null  # your Slurm account{example} (needed on a Slurm cluster)\n"
+        f"  image: {NO_IMAGE}  # what the tasks run in on a cluster: {NO_IMAGE} (the host), a containers/images.yaml entry, "
+        "or your own image file (a path ending .sif)\n"
+    )
+
+
+def _yaml_scalar(text: str) -> str:
+    """``text`` as a YAML scalar: plain where it reads back as the same text, else double-quoted (JSON is YAML)."""
+    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._/+-]*", text) and yamlio.load_text(text, "a profile name") == text:
+        return text
+    return json.dumps(text)
+
+
 def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in overlay.items():
@@ -105,6 +188,8 @@ def from_data(data: Mapping[str, Any], source: str) -> Params:
     settings = yamlio.structure(section, Settings, f"{source}: section 'orchestrator'")
     if settings.time is not None and (why := times.problem(settings.time)):
         raise ConfigError(f"{source}: orchestrator.time: {why}")
+    if settings.image is not None and (why := image_problem(settings.image)):
+        raise ConfigError(f"{source}: orchestrator.image: {why}")
     if settings.accelerator is not None and settings.accelerator not in ACCELERATORS:
         raise ConfigError(f"{source}: orchestrator.accelerator is {settings.accelerator!r}; valid: {', '.join(ACCELERATORS)}")
     if settings.array_parallel is not None and settings.array_parallel < 1:

@@ -36,6 +36,24 @@ KEYS = {
 }
 DEFAULTS = {"activate": "none", "mirror": "http://deb.debian.org/debian", "python": "3.11"}
 
+# What `orchestrator init` writes where a project has no images.yaml: no image, and how to add one.
+SKELETON = f"""\
+# The images `orchestrator container build NAME` builds, each a Jinja definition
+# template in this folder and the values it is rendered with (keys: definition,
+# {", ".join(k for k in KEYS if k != "definition")}).
+# Not needed to run in an image you already have: set params.yaml's
+# orchestrator.image to its file (a path ending .sif) instead.
+#
+# For example, LUMI's PyTorch image plus this project (the template comes with
+# the orchestrator: containers/localimage.def.j2 in its repository):
+#
+#   lumi:
+#     definition: localimage.def.j2
+#     base: /appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.1-python-3.12-pytorch-20240918-vllm-4075b35.sif
+#     activate: with-conda
+{{}}
+"""
+
 SAFE_PATH = re.compile(r"[A-Za-z0-9._/+@%:,=~-]+")  # a %files path or header value: no quotes, $, globs, spaces
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 _URL = re.compile(r"https?://[A-Za-z0-9._~:/@%+-]+")

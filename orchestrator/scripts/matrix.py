@@ -93,10 +93,11 @@ def check_rendered(rendered: Rendered, runner: Runner, shellcheck: bool = True) 
     return found
 
 
-def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True) -> Rendered:
-    """``rendered`` with its texts kept (checked once, written as checked), or CheckError."""
+def check_or_raise(rendered: Rendered, runner: Runner, shellcheck: bool = True, more: Sequence[str] = ()) -> Rendered:
+    """``rendered`` with its texts kept (checked once, written as checked), or CheckError
+    listing every problem, ``more`` (found by other checks, e.g. scripts.cluster_checks) too."""
     rendered = dataclasses.replace(rendered, scripts=dict(rendered.scripts))
-    found = check_rendered(rendered, runner, shellcheck)
+    found = [*more, *check_rendered(rendered, runner, shellcheck)]
     if found:
         raise CheckError(f"{len(rendered.scripts)} script(s) for cluster {rendered.profile.name!r} failed their checks", found)
     return rendered

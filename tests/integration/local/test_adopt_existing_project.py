@@ -1,0 +1,111 @@
+"""Adopting an existing DVC project: seed 000's LUMI benchmark stage, ported as it was written.
+
+The team had a dvc.yaml stage calling `srun ... singularity exec /project/project_465000858/klajster.sif`,
+their own image. Ported: `orchestrator init`, one params line naming that SIF, and `render --cluster
+lumi` runs every task in it, with no images.yaml entry and no profile file. `render --check` warns that
+the script the command runs is not among the stage's deps (a staged job on /flash would not find it),
+until the stage declares it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from support import require, run_orchestrator
+
+SIF = "/project/project_465000858/klajster.sif"
+SCRIPT = "experiments/scripts/evaluate_lightning_classification.py"
+CONFIG = "experiments/configs/eval/polemo2/allegro__herbert-base-cased.yaml"
+
+# Seed 000's run_amd_benchmark: its matrix as it was, its srun/singularity line replaced by `orchestrator run`
+# (the CPU masks, --ntasks-per-node, --gpus and the binds are the profile's and the plan's now).
+DVC_YAML = """\
+stages:
+  run_amd_benchmark:
+    matrix:
+      dataset: [ "polemo2" ]
+      embedding: [
+        "allegro__herbert-base-cased",
+      ]
+      device_cfg: [
+        {"num_nodes": 1, "num_gpus": 1},
+        {"num_nodes": 1, "num_gpus": 2},
+        {"num_nodes": 1, "num_gpus": 4},
+        {"num_nodes": 1, "num_gpus": 8},
+        {"num_nodes": 2, "num_gpus": 8},
+      ]
+    cmd: >-
+      orchestrator run
+      -N ${item.device_cfg.num_nodes}
+      -G ${item.device_cfg.num_gpus}
+      -t 24:00:00
+      --account project_465000858
+      --partition standard-g
+      --
+      python experiments/scripts/evaluate_lightning_classification.py
+      --ds ${item.dataset}
+      --embedding-path ${item.embedding}
+      --pipeline-params-path experiments/configs/eval/${item.dataset}/${item.embedding}.yaml
+      --output-path data/benchmark/amd/${item.embedding}_${item.dataset}_${item.device_cfg.num_nodes}x${item.device_cfg.num_gpus}
+      --num-nodes ${item.device_cfg.num_nodes}
+      --devices ${item.device_cfg.num_gpus}
+      --gpu-type amd
+      --accelerator gpu
+      --retrains 1
+"""
+DEPS = "    deps:\n      - experiments\n"
+
+
+def orchestrator(root: Path, *args: str) -> subprocess.CompletedProcess:
+    done = run_orchestrator(*args, cwd=root, timeout=300)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done
+
+
+def warnings(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stderr.splitlines() if line.startswith("warning: ")]
+
+
+def test_seed_000s_stage_runs_in_the_teams_own_sif_on_lumi(tmp_path):
+    require("shellcheck")
+    root = tmp_path / "lepiszcze"
+    root.mkdir()
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=root, check=True)
+    (root / "dvc.yaml").write_text(DVC_YAML)
+    for path in (SCRIPT, CONFIG):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("# the team's code\n")
+
+    init = orchestrator(root, "init")
+    assert "params.yaml: added the orchestrator section" in init.stdout
+    assert "nothing to do" in orchestrator(root, "init").stdout
+    with (root / "params.yaml").open("a") as f:  # the one line porting needs: where the team's image is on LUMI
+        f.write(f"clusters: {{lumi: {{orchestrator: {{image: {SIF}}}}}}}\n")
+
+    orchestrator(root, "render", "--cluster", "lumi")
+    scripts = sorted((root / ".orchestrator/scripts/lumi").iterdir())
+    assert len(scripts) == 5
+    for script in scripts:
+        text = script.read_text()
+        assert "  exec singularity exec \\\n" in text and f"\n    {SIF} \\\n" in text, script.name
+        assert "containers/orchestrator.sif" not in text  # not the profile's image
+        assert f"python {SCRIPT} --ds polemo2" in text
+    two_nodes = [s.read_text() for s in scripts if "#SBATCH --nodes=2\n" in s.read_text()]
+    assert len(two_nodes) == 1 and "#SBATCH --partition=standard-g\n" in two_nodes[0]
+
+    checked = orchestrator(root, "render", "--cluster", "lumi", "--check")
+    found = warnings(checked)
+    assert len(found) == 2, checked.stderr
+    script_warning = next(w for w in found if f"names {SCRIPT}," in w)
+    assert script_warning.startswith("warning: stage run_amd_benchmark (all 5 items): the command names")
+    assert "not among the stage's deps: on lumi" in script_warning and f"add `- {SCRIPT}` (or a folder above it)" in script_warning
+    assert any(f"names {CONFIG}," in w for w in found)
+    # Laptop or CI: the SIF lives on LUMI, so it is not looked for here, and the note says so.
+    assert f"note: image {SIF} not looked for: this is not a login node of lumi" in checked.stdout
+    assert "which no dependency pins" in checked.stdout  # the digest is a dependency only if the stage declares it
+
+    (root / "dvc.yaml").write_text(DVC_YAML + DEPS)
+    declared = orchestrator(root, "render", "--cluster", "lumi", "--check")
+    assert warnings(declared) == [], declared.stderr
+    assert "5 script(s) for lumi and checked" in declared.stdout
