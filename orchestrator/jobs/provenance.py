@@ -71,6 +71,12 @@ def of(record: ledger.Record, history: Sequence[ledger.Record]) -> dict:
     }
 
 
+def is_provenance(path: str) -> bool:
+    """Whether a stage's output is the provenance file the orchestrator writes (declared as an
+    output, cache: false, so that git and DVC experiments carry it beside the metrics)."""
+    return os.path.basename(path) == FILE
+
+
 def write_beside(root: Path, metrics_files: Sequence[str], data: dict) -> None:
     """Write ``provenance.json`` next to each metrics file (atomically)."""
     for folder in sorted({os.path.dirname(m) for m in metrics_files}):

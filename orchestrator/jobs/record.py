@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError, PipelineError
-from orchestrator.jobs import backends, ledger
+from orchestrator.jobs import backends, ledger, provenance
 from orchestrator.pipeline import fingerprint, stages
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import State
@@ -78,11 +78,17 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                     continue
                 with book.locked(name) as records:
                     records.update(rec.job_id, state=info.state, exit_code=info.exit_code, elapsed_s=info.elapsed_s)
-                missing = [o.def_path for o in stage.outs if not o.exists] if info.state == State.COMPLETED else []
+                done = info.state == State.COMPLETED
+                missing = [o.def_path for o in stage.outs if not o.exists and not provenance.is_provenance(o.def_path)] if done else []
                 if info.state != State.COMPLETED or missing:
                     why = f"job {rec.job_id} {info.state.value}" + (f", did not create {', '.join(missing)}" if missing else "")
                     found.failed.append((name, f"{why}; log {rec.log}"))
                     continue
+                metrics = [o.def_path for o in stage.outs if o.metric]
+                if metrics:  # as a foreground run writes it: before DVC hashes the outputs (it may be one)
+                    history = book.records(name)
+                    done_rec = next((r for r in reversed(history) if r.job_id == rec.job_id), rec)  # with the state just recorded
+                    provenance.write_beside(root, metrics, provenance.of(done_rec, history))
                 stage.save()
                 stage.commit()
                 to_dump.setdefault(stage.dvcfile, []).append(stage)
