@@ -82,8 +82,8 @@ def export(source: sources.Source, out: Path) -> int:
 
 def _own_cores() -> None:
     """Keep the tokeniser's thread pool to the job's cores. Rayon sizes its pool by the machine,
-    not the job: shard tasks of one CPU each, packed on a node, ran 2.6x slower per byte than one
-    alone (threads of every task fighting over the same cores). The orchestrator sets
+    not the job: on a shared CPU node, every one-CPU shard task would start a thread per core of
+    the node, all fighting over the cores Slurm gave them. The orchestrator sets
     OMP_NUM_THREADS to a CPU job's --cpus; elsewhere, the cores this process may run on."""
     cores = os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
     os.environ.setdefault("RAYON_NUM_THREADS", cores)  # read when tokenizers first starts its pool
