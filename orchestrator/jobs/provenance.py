@@ -25,24 +25,32 @@ FILE = stages.PROVENANCE_FILE
 _PARTITION = re.compile(r"^#SBATCH --partition=(\S+)", re.M)
 
 
-def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str) -> dict:
-    """Code version, profile and script (by hash), the container image."""
+def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str, image_file: str | None = None) -> dict:
+    """Code version, profile and script (by hash, with its partition), the container image:
+    ``image_file`` when params name one of their own (orchestrator.image: x.sif), else the profile's."""
     prov: dict = {
         "profile": loaded.name,
         "profile_source": loaded.source,
         "profile_sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
-        "script_sha256": script_hash(script),
+        **of_script(script),
     }
-    partition = _PARTITION.search(script)
-    if partition:
-        prov["partition"] = partition.group(1).strip("'\"")  # what the site bills by (whole nodes or GPUs): the report's cost
-    image = loaded.profile.container.image
+    image = image_file or loaded.profile.container.image
     if image and loaded.profile.container.runtime:
-        prov["image"] = image  # its content is pinned by containers/<image>.digest, a dependency of the stage
+        prov["image"] = image  # its content is pinned by containers/<name>.digest where the stage depends on it
     code = git.state(root, runner, untracked=False)
     if code is not None:
         prov["git_commit"], prov["git_dirty"] = code.commit, code.dirty
     return prov
+
+
+def of_script(script: str) -> dict:
+    """What a job's own script says: its hash, and the partition (what the site bills by, whole
+    nodes or GPUs: the report's cost)."""
+    found: dict = {"script_sha256": script_hash(script)}
+    partition = _PARTITION.search(script)
+    if partition:
+        found["partition"] = partition.group(1).strip("'\"")
+    return found
 
 
 def script_hash(script: str) -> str:

@@ -85,7 +85,7 @@ def submit_one(
     except backends.Refused:
         records.forget_intent()  # refused: no job exists, nothing to look for later
         raise
-    prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text)
+    prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text, _image_file(sub))
     record = _record(sub, backend, sub.fingerprint, accepted.job_id, accepted.log, now, prov, excluded=tuple(exclude))
     _append(records, record)
     return Outcome(record, attached=False, why_new=why_new)
@@ -166,7 +166,9 @@ def submit_array(tasks: list[Task], array: arrays.Array, backend: backends.Sbatc
         member_ws = task.sub.ws
         if member_ws.root not in bases:
             bases[member_ws.root] = provenance.at_submission(member_ws.root, runner, member_ws.profile, "")
-        prov = {**bases[member_ws.root], "script_sha256": provenance.script_hash(task.sub.text), "array": array_id}
+        prov = {**bases[member_ws.root], **provenance.of_script(task.sub.text), "array": array_id}
+        if image := _image_file(task.sub):
+            prov["image"] = image
         log = array.log_of(array_id, index, task.sub.plan.workspace)
         record = _record(task.sub, backend, task.sub.fingerprint, f"{array_id}_{index}", log, now, prov)
         record = dataclasses.replace(record, script=arrays.frozen_path(task.sub.text))
@@ -231,7 +233,7 @@ def recover(records: ledger.ItemLedger, sub: Submission, backend: backends.Backe
     if job_id is not None:
         state = info.state if info else State.PENDING
         follow = state.active or (attach_only and state == State.COMPLETED and not sub.missing())
-        prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text) if follow else {}
+        prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text, _image_file(sub)) if follow else {}
         fp = sub.fingerprint if follow else ""  # a finished job's script and inputs are unknown: never attached to later
         record = _record(sub, backend, fp, job_id, log, recovery.mtime, prov, state=state, adopted=True)
         records.append(record)
@@ -253,7 +255,7 @@ def adopt(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend
         return None
     job_id, log = _job_of(intent, found, sub.plan)
     info = backend.query([job_id]).get(job_id)
-    prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text) if intent.fingerprint == fp else {}
+    prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text, _image_file(sub)) if intent.fingerprint == fp else {}
     state = info.state if info else State.PENDING
     record = _record(sub, backend, intent.fingerprint, job_id, log, intent.written_at, prov, state=state, adopted=True)
     records.append(record)
@@ -361,3 +363,9 @@ def _follow(record: ledger.Record, info: JobInfo | None, sub: Submission) -> Out
         gone = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         return Outcome(record, attached=False, info=info, why_new=f"job {record.job_id} succeeded, but its output {gone} is gone")
     return Outcome(record, attached=True, info=info)
+
+
+def _image_file(sub) -> str | None:
+    """The image file params name for the job (orchestrator.image: x.sif), if any: provenance records it."""
+    container = sub.plan.container
+    return container.file if container is not None else None

@@ -49,6 +49,17 @@ def test_a_submission_records_code_profile_and_script(tmp_path):
     # The partition, where the script names one: whole nodes or GPUs, what the report's cost is billed by.
     partitioned = provenance.at_submission(tmp_path, runner, loaded, SCRIPT.replace("#SBATCH --nodes=2", "#SBATCH --partition='small-g'"))
     assert partitioned["partition"] == "small-g"
+    assert provenance.of_script("#SBATCH --partition=standard-g\n") == {
+        "script_sha256": provenance.script_hash("#SBATCH --partition=standard-g\n"),
+        "partition": "standard-g",
+    }  # what each task of an array records of its own script
+
+
+def test_an_image_file_of_params_is_what_provenance_names():
+    lumi = selection.load_profile("lumi")
+    own = provenance.at_submission(Path("."), git(), lumi, SCRIPT, "/project/project_465000858/klajster.sif")
+    assert own["image"] == "/project/project_465000858/klajster.sif"
+    assert provenance.at_submission(Path("."), git(), lumi, SCRIPT)["image"] == lumi.profile.container.image
 
 
 def test_changed_tracked_files_make_it_dirty_untracked_ones_do_not(tmp_path):
