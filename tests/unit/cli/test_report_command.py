@@ -59,3 +59,12 @@ def test_the_page_needs_no_network(reported):
     assert not re.search(r"""(src|href)\s*=\s*['"]?\s*(https?:)?//""", page, re.IGNORECASE)
     assert "<script" not in page and "@import" not in page and "url(" not in page
     assert page.count("<img src='data:image/png;base64,") == len(list((reported / "figures").glob("*.png")))
+
+
+def test_a_time_column_of_under_one_token_is_refused_before_anything_is_read(reported):
+    project = reported.parent
+    for bad in ("0", "-5", "many"):
+        done = invoke("report", "--project", str(project), "--no-accounting", "--to", bad, "--out", "bad-to")
+        assert done.exit_code == 2 and "Invalid value for '--to'" in done.output, done.output
+        assert isinstance(done.exception, SystemExit)  # click's usage error, no traceback
+        assert not (project / "bad-to").exists()

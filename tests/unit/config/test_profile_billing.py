@@ -114,3 +114,11 @@ def test_the_whole_node_partitions_of_billed_sites_have_a_node_rate():
                 continue  # another kind of node (LUMI-C's), billed from another budget
             rate = p.site.billing.per_node_hour if part.whole_node else p.site.billing.per_gpu_hour
             assert rate, f"{name}: partition {key} has no billing rate"
+
+
+def test_a_partitions_automatic_flag_must_be_a_boolean(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(profile.load("testbed").text.replace("whole_node: true}", "whole_node: true, automatic: maybe}", 1))
+    with pytest.raises(ProfileError) as err:
+        profile.load(str(path))
+    assert any("automatic" in p for p in err.value.problems), err.value.problems
