@@ -56,6 +56,27 @@ class Partition:
     # False: used only when a job names it (debug queues, few jobs per user); True: the plan
     # may pick it for a job that names none, where it bills least (scripts/partitions.py).
     automatic: bool = True
+    # The partition as Slurm knows it, where this entry is a queue of another partition by its
+    # QOS (Frontier's debug queue is `-p batch -q debug`). None: the entry's own name.
+    slurm_partition: str | None = None
+    # Sites that cap the time limit by the job's size (Frontier's batch: 2 h up to 91 nodes, 6 h up
+    # to 183): {N: T} means a job of up to N nodes gets at most T; larger jobs get max_time.
+    max_time_by_nodes: dict[int, str] = field(default_factory=dict)
+
+    def time_limit(self, nodes: int) -> str:
+        """The longest time a job of ``nodes`` nodes may ask for here."""
+        return next((self.max_time_by_nodes[n] for n in sorted(self.max_time_by_nodes) if nodes <= n), self.max_time)
+
+    def time_rule(self) -> str:
+        """The time limits in words: ``12:00:00``, or by job size ``up to 91 nodes 02:00:00, ..., else 12:00:00``."""
+        bins = [f"up to {n} nodes {t}" for n, t in sorted(self.max_time_by_nodes.items())]
+        return ", ".join([*bins, f"else {self.max_time}"]) if bins else self.max_time
+
+    def limit_text(self, nodes: int) -> str:
+        """``time_limit`` with the rule it came from, for messages."""
+        if not self.max_time_by_nodes:
+            return self.max_time
+        return f"{self.time_limit(nodes)} for {nodes} node{'s' if nodes != 1 else ''} (by job size: {self.time_rule()})"
 
 
 @dataclass(frozen=True)
@@ -87,6 +108,18 @@ class Scheduler:
     # that never clears by itself) is reported at once; `orchestrator run` gives up
     # waiting for it after this long (the job stays queued: release or cancel it).
     stuck_timeout_s: float = 600.0
+    # Options every job of the site carries that the plan does not derive (Frontier's
+    # `--network=disable_rdzv_get`, which its RCCL rendezvous variables need): `--name`
+    # or `--name=value`, on the #SBATCH lines and srun's command line.
+    extra_options: tuple[str, ...] = ()
+
+
+# The options the plan sets itself: a profile's extra_options may not set them a second time.
+PLANNED_OPTIONS = frozenset(
+    "job-name account partition qos constraint time nodes ntasks-per-node gpus-per-node cpus-per-task exclusive "
+    "signal requeue open-mode output".split()
+)
+_OPTION = re.compile(r"--([a-z][a-z-]*)(=[A-Za-z0-9._@%:/+,-]+)?")
 
 
 @dataclass(frozen=True)
@@ -354,7 +387,7 @@ def problems(p: Profile) -> list[str]:
             found.append("scheduler.cpu_partition: a profile without Slurm (kind: none) has no partitions; leave it out")
     for what, value in [("scheduler.default_time", s.default_time)] + [
         (f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()
-    ]:
+    ] + [(f"scheduler.partitions.{k}.max_time_by_nodes.{size}", t) for k, v in s.partitions.items() for size, t in v.max_time_by_nodes.items()]:
         if why := times.problem(value):
             found.append(f"{what}: {why}")
     if s.requeue_signal is not None and not _SIGNAL.fullmatch(s.requeue_signal):
@@ -369,14 +402,26 @@ def problems(p: Profile) -> list[str]:
         found.append("scheduler.retry_backoff_s must be 0 or more seconds")
     if not 0 < s.stuck_timeout_s < float("inf"):
         found.append("scheduler.stuck_timeout_s must be a positive number of seconds")
+    for option in s.extra_options:
+        match = _OPTION.fullmatch(option)
+        if match is None:
+            found.append(f"scheduler.extra_options: {option!r} is not --name or --name=value (letters, digits, ._@%:/+,- in the value)")
+        elif match.group(1) in PLANNED_OPTIONS:
+            found.append(f"scheduler.extra_options: --{match.group(1)} is set by the plan itself; leave it out of extra_options")
     if s.service_partition is not None and not patterns.DIRECTIVE_SAFE.fullmatch(s.service_partition):
         found.append(f"scheduler.service_partition {s.service_partition!r} has characters Slurm directives cannot carry")
     for key, part in s.partitions.items():
-        for what, value in [("name", key), ("qos", part.qos), ("constraint", part.constraint)]:
+        for what, value in [("name", key), ("qos", part.qos), ("constraint", part.constraint), ("slurm_partition", part.slurm_partition)]:
             if value is not None and not patterns.DIRECTIVE_SAFE.fullmatch(value):
                 found.append(f"scheduler.partitions.{key}: {what} {value!r} has characters Slurm directives cannot carry")
         if part.max_nodes < 1:
             found.append(f"scheduler.partitions.{key}.max_nodes must be at least 1")
+        for size in part.max_time_by_nodes:
+            if not 1 <= size < part.max_nodes:
+                found.append(
+                    f"scheduler.partitions.{key}.max_time_by_nodes: {size} nodes is not a size below the partition's "
+                    f"max_nodes {part.max_nodes} (keys: the largest node count each time limit holds for)"
+                )
         if part.cpus_per_node is not None and part.cpus_per_node < 1:
             found.append(f"scheduler.partitions.{key}.cpus_per_node must be at least 1 (leave it out for the profile's node)")
     found += _node_problems(n)

@@ -20,7 +20,12 @@ def describe(loaded: LoadedProfile) -> str:
         )
         for name, part in s.partitions.items():
             extra = ", whole nodes" if part.whole_node else ""
-            lines.append(f"  partition {name}: up to {part.max_nodes} nodes, {part.max_time}{extra}")
+            extra += f", Slurm partition {part.slurm_partition}" if part.slurm_partition else ""
+            extra += f", QOS {part.qos}" if part.qos else ""
+            extra += "" if part.automatic else ", only when named"
+            lines.append(f"  partition {name}: up to {part.max_nodes} nodes, {part.time_rule()}{extra}")
+        if s.extra_options:
+            lines.append(f"  every job: {' '.join(s.extra_options)}")
     else:
         lines.append("scheduler: none (jobs run on this machine)")
     lines.append("")

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.jobs import ledger
+from orchestrator.scripts import cluster_checks
 from orchestrator.scripts.plan import Plan
 from orchestrator.slurm import commands, states
 from orchestrator.slurm import config as slurm_config
@@ -154,14 +155,17 @@ class SbatchBackend:
         self._named: dict[tuple[str, str, str], list[str]] = {}  # find()'s answers, until the next sbatch
 
     def preflight(self, plan: Plan) -> list[str]:
-        """What would make the cluster refuse the job, found before submitting it."""
+        """What would make the cluster refuse the job, or the job fail to start, found before submitting it."""
         key = (plan.account, plan.partition)
-        if key in self._checked:
-            return []
-        problems = preflight(self.runner, self.cluster_name, plan.account)
-        if not problems:
+        if key not in self._checked:
+            problems = preflight(self.runner, self.cluster_name, plan.account)
+            if problems:
+                return problems
             self._checked.add(key)
-        return problems
+        # Per item (items may name different images), once Slurm answered as the profile's cluster:
+        # this is then its login node, which sees the file system the image lives on.
+        image = cluster_checks.missing_image(plan, getpass.getuser())
+        return [image] if image else []
 
     def submit(self, plan: Plan, script: Path, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> Accepted:
         job_id = self.sbatch(script, plan.workspace, plan.item, after, exclude)

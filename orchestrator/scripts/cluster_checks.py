@@ -27,6 +27,7 @@ from pathlib import Path
 
 from orchestrator.config.profile import LoadedProfile, Profile
 from orchestrator.scripts.plan import Plan
+from orchestrator.util.patterns import RUNTIME_REF
 from orchestrator.slurm import config as slurm_config
 from orchestrator.util.runner import Runner
 
@@ -66,6 +67,23 @@ def image_files(plans: Sequence[Plan], p: Profile, runner: Runner) -> tuple[list
         if not Path(f).is_file()
     ]
     return problems, []
+
+
+def missing_image(plan: Plan, user: str) -> str | None:
+    """Why ``plan``'s job would fail to start for want of its image, checked where jobs are
+    submitted from (a login node sees the cluster's file systems); None when the image is there
+    or its path holds a reference only the job can expand."""
+    if plan.container is None or not plan.container.path:
+        return None
+    known = {"USER": user, **({"SLURM_JOB_ACCOUNT": plan.account} if plan.account else {})}
+    path = RUNTIME_REF.sub(lambda m: known.get(m.group(1), m.group(0)), plan.container.path)
+    if "$" in path or Path(path).is_file():
+        return None
+    return (
+        f"the container image {path} does not exist: every task would fail to start "
+        "(build and push it with `orchestrator container build NAME --push`, or fix the profile's container.image "
+        "or params.yaml's orchestrator.image)"
+    )
 
 
 def runs_here(p: Profile, runner: Runner) -> tuple[bool, str]:

@@ -66,7 +66,7 @@ def _fitting(p: Profile, nodes: int, time: str) -> dict[str, Partition]:
         and part.cpus_per_node is None
         and name not in kept
         and nodes <= part.max_nodes
-        and wanted <= times.seconds(part.max_time)
+        and wanted <= times.seconds(part.time_limit(nodes))
     }
 
 

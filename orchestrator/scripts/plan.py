@@ -43,6 +43,8 @@ class ContainerExec:
     # params' own image file (orchestrator.image: x.sif), absolute: what `render --check` looks for
     # on the cluster (scripts.cluster_checks). None: the profile's container.image.
     file: str | None = None
+    # The image's path as the profile or params give it (${USER}-style references unexpanded).
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -398,8 +400,8 @@ def _slurm_problems(
     except ValueError as exc:
         found.append(f"time limit: {exc}")
     else:
-        if partition and wanted > times.seconds(partition.max_time):
-            found.append(f"time {time} exceeds partition {partition_name}'s limit of {partition.max_time}")
+        if partition and wanted > times.seconds(partition.time_limit(job.nodes)):
+            found.append(f"time {time} exceeds partition {partition_name}'s limit of {partition.limit_text(job.nodes)}")
         if wanted == 0:
             found.append("time limit 0: give the job some time")
     return found
@@ -411,7 +413,7 @@ def _scheduler_args(name, account, partition_name, partition, time, job, p, layo
     if account:
         args.append(f"--account={account}")
     if partition_name:
-        args.append(f"--partition={partition_name}")
+        args.append(f"--partition={partition.slurm_partition or partition_name if partition else partition_name}")
     if partition and partition.qos:
         args.append(f"--qos={partition.qos}")
     if partition and partition.constraint:
@@ -427,6 +429,7 @@ def _scheduler_args(name, account, partition_name, partition, time, job, p, layo
         args.append(f"--signal={p.scheduler.requeue_signal}")
         if form == "sbatch":
             args.append("--requeue")
+    args += p.scheduler.extra_options
     args += ["--open-mode=append", f"--output={log}"]
     return (args[0], *map(_shared, args[1:-1]), args[-1])  # all but the first and last are the layout's
 
@@ -511,4 +514,4 @@ def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problem
     flags.append(Shell(f"--pwd {run_dir}"))
     setup = "; ".join((*c.setup, 'exec "$@"')) if c.setup else ""
     image = quote(file) if file is not None else quote_runtime(c.image or "")
-    return ContainerExec(runtime=c.runtime or "", flags=tuple(flags), image=image, setup=setup, file=file)
+    return ContainerExec(runtime=c.runtime or "", flags=tuple(flags), image=image, setup=setup, file=file, path=file or c.image or "")

@@ -24,6 +24,10 @@ orch_task() {
   export FI_CXI_DEFAULT_TX_SIZE="2048"
   export FI_CXI_DISABLE_CQ_HUGETLB="1"
   export FI_CXI_DISABLE_HOST_REGISTER="1"
+  export FI_CXI_RDZV_EAGER_SIZE="0"
+  export FI_CXI_RDZV_GET_MIN="0"
+  export FI_CXI_RDZV_PROTO="alt_read"
+  export FI_CXI_RDZV_THRESHOLD="0"
   export FI_CXI_RX_MATCH_MODE="hybrid"
   export FI_MR_CACHE_MONITOR="kdreg2"
   export HSA_FORCE_FINE_GRAIN_PCIE="1"
@@ -88,6 +92,7 @@ for attempt in $(seq 0 3); do
     --cpus-per-task=7 \
     --exclusive \
     --signal=USR1@90 \
+    --network=disable_rdzv_get \
     --open-mode=append \
     --output=.orchestrator/logs/benchmark@pydoc-base-device_cfg4-%j.log \
     --kill-on-bad-exit=1 \

@@ -3,6 +3,7 @@ sacct, accounting, CPU masks, failures, and a killed login-node process."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -144,6 +145,20 @@ def test_preflight_stops_a_rejected_account_before_submitting(slurm_testbed, tmp
         not json.loads(p.read_text())["records"] for p in (project / ".orchestrator/ledger").glob("*.json")
     )
     assert jobs_of("project_465000001", since) == []
+
+
+def test_a_missing_image_stops_the_submission_before_sbatch(slurm_testbed, tmp_path):
+    """On the login node the image's file system is there to look at: a job whose image is not
+    would fail in every task, so it is not submitted."""
+    project = probe_project(tmp_path / "p", [(1, 1)])
+    profile = tmp_path / "with-image.yaml"
+    text = ROOT.joinpath("orchestrator/config/profiles/testbed.yaml").read_text()
+    profile.write_text(text + f"container:\n  runtime: apptainer\n  image: {tmp_path}/images/${{USER}}/team.sif\n")
+    since = time.time()
+    done = run_orchestrator("run", "--cluster", str(profile), "--name", "x", "--", "true", cwd=project, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"the container image {tmp_path}/images/{getpass.getuser()}/team.sif does not exist" in done.stderr, done.stderr
+    assert jobs_of(ACCOUNT, since) == []
 
 
 def test_unreachable_controller_and_wrong_cluster_are_clear_errors(slurm_testbed, tmp_path):

@@ -133,3 +133,26 @@ def test_no_image_file_no_question_asked(tmp_path):
     runner = cluster_named("lumi")
     assert cluster_checks.check([plan_for(tmp_path)], profile.load("lumi"), runner) == cluster_checks.Findings()
     assert runner.calls == []
+
+
+# --- the image, where jobs are submitted from ------------------------------------------------------
+
+
+def test_a_missing_image_is_named_with_the_references_submit_can_expand(tmp_path):
+    loaded = profile.load("lumi")
+    c = dataclasses.replace(loaded.profile.container, image=f"{tmp_path}/${{SLURM_JOB_ACCOUNT}}/${{USER}}/site.sif")
+    loaded = dataclasses.replace(loaded, profile=dataclasses.replace(loaded.profile, container=c))
+    plan = plan_for(tmp_path, loaded=loaded, image="site")
+    expected = f"{tmp_path}/project_465000858/alice/site.sif"
+    assert cluster_checks.missing_image(plan, "alice").startswith(f"the container image {expected} does not exist")
+    (tmp_path / "project_465000858" / "alice").mkdir(parents=True)
+    (tmp_path / "project_465000858" / "alice" / "site.sif").write_bytes(b"SIF")
+    assert cluster_checks.missing_image(plan, "alice") is None
+
+
+def test_an_image_only_the_job_can_locate_is_not_judged(tmp_path):
+    loaded = profile.load("lumi")
+    c = dataclasses.replace(loaded.profile.container, image="${SCRATCH}/site.sif")
+    loaded = dataclasses.replace(loaded, profile=dataclasses.replace(loaded.profile, container=c))
+    assert cluster_checks.missing_image(plan_for(tmp_path, loaded=loaded, image="site"), "alice") is None
+    assert cluster_checks.missing_image(plan_for(tmp_path, cluster="testbed", image="none"), "alice") is None  # no container

@@ -146,3 +146,32 @@ def test_staging_runs_the_job_from_a_copy_on_fast_storage():
     assert plan_for("lumi").staging is None and plan_for("lumi").run_dir == "/work/proj"
     assert plan_for("lumi", inputs=inputs, form="srun").staging is None
     assert plan_for("local", inputs=inputs, outputs=outputs).staging is None
+
+
+FRONTIER = params.Settings(account="abc123", image="site")
+
+
+def test_frontier_caps_the_time_by_the_jobs_size_before_sbatch_does():
+    """[FUG] "Job Priority by Node Count": 2 h up to 91 nodes, 6 h up to 183, 12 h above."""
+    small = plan_for("frontier", settings=FRONTIER, nodes=2, gpus_per_node=8, time="06:00:00")
+    assert small.problems == (
+        "time 06:00:00 exceeds partition batch's limit of 02:00:00 for 2 nodes "
+        "(by job size: up to 91 nodes 02:00:00, up to 183 nodes 06:00:00, else 12:00:00)",
+    )
+    assert plan_for("frontier", settings=FRONTIER, nodes=100, gpus_per_node=8, time="06:00:00").problems == ()
+    assert "02:00:00 for 2 nodes" not in " ".join(plan_for("frontier", settings=FRONTIER, nodes=2, time="02:00:00").problems)
+    big = plan_for("frontier", settings=FRONTIER, nodes=200, gpus_per_node=8, time="12:00:00")
+    assert big.problems == () and "--time=12:00:00" in big.scheduler_args
+
+
+def test_a_queue_that_is_a_qos_of_another_partition_renders_both():
+    p = plan_for("frontier", settings=FRONTIER, partition="debug", nodes=2, gpus_per_node=8, time="01:00:00")
+    assert p.problems == ()
+    assert "--partition=batch" in p.scheduler_args and "--qos=debug" in p.scheduler_args
+    assert "--partition=debug" not in p.scheduler_args
+
+
+def test_site_options_the_plan_does_not_derive_go_on_every_job():
+    p = plan_for("frontier", settings=FRONTIER, nodes=1, gpus_per_node=8)
+    assert "--network=disable_rdzv_get" in p.scheduler_args
+    assert ("FI_CXI_RDZV_PROTO", '"alt_read"') in [(k, str(v)) for k, v in p.env]
