@@ -158,7 +158,7 @@ def test_a_missing_image_stops_the_submission_before_sbatch(slurm_testbed, tmp_p
     done = run_orchestrator("run", "--cluster", str(profile), "--name", "x", "--", "true", cwd=project, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert f"the container image {tmp_path}/images/{getpass.getuser()}/team.sif does not exist" in done.stderr, done.stderr
-    assert jobs_of(ACCOUNT, since) == []
+    assert jobs_of(ACCOUNT, since, project) == []
 
 
 def test_unreachable_controller_and_wrong_cluster_are_clear_errors(slurm_testbed, tmp_path):
