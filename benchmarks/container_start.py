@@ -65,9 +65,10 @@ def main() -> int:
     if not runtime:
         print("no apptainer or singularity on PATH (as root: bash containers/install-apptainer.sh)", file=sys.stderr)
         return 2
+    from orchestrator.containers import inputs
     from orchestrator.containers.inputs import current_hash
 
-    key = current_hash(ROOT, "ci").removeprefix("sha256:")[:16]  # the test suite's cache key
+    key = current_hash(ROOT, "ci").removeprefix(inputs.HASH_PREFIX)[:16]  # the test suite's cache key
     image = CACHE / f"ci-{key}.sif"
     digest_file = image.with_suffix(".digest")
     build = [*build_command(), "ci", "--output", str(image), "--digest-file", str(digest_file)]

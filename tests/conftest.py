@@ -242,11 +242,14 @@ IMAGE_CACHE = Path(os.environ.get("ORCHESTRATOR_IMAGE_CACHE", "/var/cache/orches
 def ci_image(apptainer) -> Path:
     """The project's CI image, in the persistent cache under its content hash
     (ci-<hash>.sif): built once per machine and content, found up to date afterwards.
-    The three most recent are kept, so switching branches back and forth does not rebuild."""
+    The three most recent are kept, so switching branches back and forth does not rebuild.
+    It holds the train extra's dependencies, not the project's code (jobs bind their
+    workspace): a change to experiments/ or orchestrator/ keeps the same image."""
     from orchestrator.containers.build import stamp_path
-    from orchestrator.containers.inputs import current_hash
+    from orchestrator.containers.inputs import HASH_PREFIX, current_hash
+    from orchestrator.util.files import sha256_cache_path
 
-    key = current_hash(ROOT, "ci").removeprefix("sha256:")[:16]
+    key = current_hash(ROOT, "ci").removeprefix(HASH_PREFIX)[:16]
     out = IMAGE_CACHE / f"ci-{key}.sif"
     proc, seconds = container_cli("build", "ci", "--output", str(out), "--digest-file", str(out.with_suffix(".digest")))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -258,6 +261,7 @@ def ci_image(apptainer) -> Path:
             old.with_suffix(".digest"),
             old.with_name(f"{old.stem}.build.log"),
             old.with_name(f".{old.name}.lock"),
+            sha256_cache_path(old),
         ):
             path.unlink(missing_ok=True)
     return out

@@ -18,6 +18,7 @@ from support import ACCOUNT
 from orchestrator.util.runner import Completed, SubprocessRunner
 
 Answer = Completed | Callable[[Sequence[str]], Completed]
+NO_SUCH_PID = 2**22 + 1  # above Linux's largest pid_max
 
 
 def ok(stdout: str = "", stderr: str = "", rc: int = 0) -> Callable[[Sequence[str]], Completed]:
@@ -59,6 +60,8 @@ class FakeRunner:
     calls: list[list[str]] = field(default_factory=list)
     spawned: list[FakeProcess] = field(default_factory=list)
     exit_codes: dict[str, int | None] = field(default_factory=dict)  # a spawned child's, by command name (0 if not named)
+    stream_envs: list[dict[str, str]] = field(default_factory=list)  # the env of each stream call
+    after_line: Callable[[str], None] | None = None  # after each streamed line: a test looks at files mid-run, or raises
 
     def run(self, argv, *, input=None, timeout=None):
         self.calls.append(list(argv))
@@ -75,6 +78,19 @@ class FakeRunner:
 
     def which(self, name):
         return f"/usr/bin/{name}" if name in self.installed else None
+
+    def stream(self, argv, on_line, *, timeout=None, env=None, on_start=None):
+        """As ``run``, then the answer's stdout and stderr handed to ``on_line`` line by line.
+        The child's pid is above Linux's largest: no process has it."""
+        self.stream_envs.append(dict(env or {}))
+        if on_start is not None:
+            on_start(NO_SUCH_PID)
+        done = self.run(argv, timeout=timeout)
+        for line in (done.stdout + done.stderr).splitlines():
+            on_line(line)
+            if self.after_line:
+                self.after_line(line)
+        return done.returncode
 
     def called(self, name: str) -> list[list[str]]:
         return [c for c in self.calls if c[0] == name]

@@ -161,6 +161,44 @@ def accounted_elapsed_s(accounting: Accounting | None, job_id: str | None) -> in
     return sum(r.elapsed_s for r in runs if r.elapsed_s is not None)
 
 
+# What a job's states read like while it has not ended (its accounting is not final yet).
+_NOT_ENDED = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "SUSPENDED", "RESIZING", "STAGE_OUT", "SIGNALING")
+
+
+def to_record(accounting: Accounting, job_id: str | None) -> dict[str, Any] | None:
+    """What accounting says of one ended job, kept in its provenance: the report reads it where
+    this cluster's accounting cannot be asked (results from another cluster, compared by
+    revision; sacct's records purged). None when accounting has nothing final to say."""
+    runs = accounting.jobs.get(job_id or "")
+    if accounting.problem or not runs or (runs[-1].state.split() or [""])[0] in _NOT_ENDED:  # earlier runs read REQUEUED
+        return None
+    return {
+        "cluster": accounting.cluster_name,
+        "plugin": accounting.plugin,
+        "runs": [{"state": r.state, "elapsed_s": r.elapsed_s, "energy_j": r.energy_j} for r in runs],
+    }
+
+
+def from_record(data: Any, job_id: str | None) -> Accounting | None:
+    """The accounting a provenance kept for ``job_id`` (:func:`to_record`), or None."""
+    if not isinstance(data, dict) or not job_id or not isinstance(data.get("runs"), list):
+        return None
+    runs = []
+    for r in data["runs"]:
+        if not isinstance(r, dict):
+            return None
+        elapsed, energy = r.get("elapsed_s"), r.get("energy_j")
+        runs.append(
+            JobRun(
+                state=str(r.get("state", "")),
+                elapsed_s=elapsed if isinstance(elapsed, int) else None,
+                energy_j=energy if isinstance(energy, int) else None,
+            )
+        )
+    plugin, cluster = data.get("plugin"), data.get("cluster")
+    return Accounting(plugin if isinstance(plugin, str) else None, cluster if isinstance(cluster, str) else None, {job_id: tuple(runs)})
+
+
 # --- sampled and estimated ---------------------------------------------------------
 
 

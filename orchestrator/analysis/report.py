@@ -298,6 +298,11 @@ def _elapsed(run: Run, prof: profile.Profile, accounting: energy.Accounting | No
         applies = _Accounted(None, f"the job ran on {prof.scheduler.cluster_name}; this is {accounting.cluster_name}'s accounting")
     else:
         applies = _Accounted(accounting, None)
+    kept = energy.from_record(prov.get("accounting"), job_id) if prov.get("backend") == "slurm" else None
+    if kept is not None and (applies.accounting is None or applies.accounting.problem or job_id not in applies.accounting.jobs):
+        # What the job's own cluster said when the job was recorded: a revision from another
+        # cluster, or this one's accounting out of reach, still gets every run's time and energy.
+        applies = _Accounted(kept, None)
     elapsed = energy.accounted_elapsed_s(applies.accounting, job_id)
     extra = ""
     if elapsed is None:

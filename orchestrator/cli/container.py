@@ -2,12 +2,15 @@
 
 Building lives in :mod:`orchestrator.containers.build`, pushing in
 :mod:`~orchestrator.containers.push`; this module parses the options, finds the push
-target in the profile, and says what happened.
+target in the profile and the image that goes there (the one params.yaml names for it,
+see :func:`push_destination`), and says what happened.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -22,6 +25,27 @@ def container() -> None:
     """Container images: build the image jobs run in (containers/images.yaml)."""
 
 
+def _stoppable(command):
+    """SIGINT, SIGTERM and SIGHUP (Ctrl-C; `timeout`, scancel, a CI job cancelled; the terminal
+    or SSH session closed) all unwind the command the same way: the runtime's process group
+    is stopped, every ``finally`` removes what it made, and the exit status is 128 + the
+    signal's number. The build says itself what the stop left; anything else stopped gets one line."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from orchestrator.util.runner import Stopped, stop_signals
+
+        try:
+            with stop_signals():
+                return command(*args, **kwargs)
+        except Stopped as stop:
+            if not stop.reported:
+                click.echo(f"stopped by {stop.name}", err=True)
+            sys.exit(stop.exit_code)
+
+    return wrapper
+
+
 @container.command("build")
 @click.argument("name", required=False)
 @click.option("--force", is_flag=True, help="Build even when the image is up to date.")
@@ -32,7 +56,7 @@ def container() -> None:
     "--digest-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help=f"Where the image's sha256 goes, for DVC [default: {CONTAINERS_DIR}/NAME.digest].",
+    help=f"Where the image's content hash goes, for DVC [default: {CONTAINERS_DIR}/NAME.digest].",
 )
 @click.option(
     "--set",
@@ -45,22 +69,31 @@ def container() -> None:
 @click.option("--push", is_flag=True, help="Then copy the image to the profile's container.image path on its push_host (rsync over ssh).")
 @cluster_option("With --push: built-in profile name or profile file")
 @click.option("--ssh-option", "ssh_options", multiple=True, help="With --push: an option for ssh (repeatable), e.g. --ssh-option=-p2222.")
+@click.option(
+    "--replace-other-image",
+    is_flag=True,
+    help="With --push: push NAME although the profile's jobs run another image, or over a file that holds another image "
+    "(or one of unknown name).",
+)
 @project_option
-def build_command(name, force, output, digest_file, overrides, timeout, push, cluster, ssh_options, project) -> None:
-    """Build image NAME of containers/images.yaml (default: ci) unless it is up to date.
+@_stoppable
+def build_command(name, force, output, digest_file, overrides, timeout, push, cluster, ssh_options, replace_other_image, project) -> None:
+    """Build image NAME of containers/images.yaml (default: ci; with --push, the image
+    params.yaml's orchestrator.image names for the profile) unless it is up to date.
 
     Up to date means: the image beside its stamp has the content hash of the
     rendered definition and every file it copies in. The build runs
     `apptainer build --fakeroot` (or singularity) into a temporary file and renames
-    it into place only on success; the image's sha256 goes to the digest file.
+    it into place only on success; the image's content hash (content-sha256:...) goes to the digest file.
     """
-    import signal
-
+    from orchestrator.containers import progress
     from orchestrator.util.runner import SubprocessRunner
 
-    # SIGTERM (scancel, timeout) unwinds like Ctrl-C: the runtime is killed, the
-    # temporary image and the staging folder are removed.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    destination = push_destination(project, cluster, name, replace_other_image, SubprocessRunner()) if push else None
+    if destination is not None:
+        name = destination.image  # checked before building: a refused push builds nothing
+    elif replace_other_image:
+        raise ContainerError("--replace-other-image is for --push only: add --push, or leave it out")
     try:
         result = build(
             project,
@@ -72,35 +105,89 @@ def build_command(name, force, output, digest_file, overrides, timeout, push, cl
             overrides=overrides,
             timeout=timeout,
             say=lambda line: click.echo(line, err=True),
+            display=progress.Terminal() if sys.stderr.isatty() else None,  # else one line per phase
         )
     except OSError as exc:  # an unwritable image folder, a full disk (our own errors: the main CLI reports them)
         click.secho(f"error: {exc}", err=True, fg="red")
         sys.exit(1)
     where = _display(result.image)
+    size = progress.size_text(result.image.stat().st_size)
     if result.built:
-        click.echo(f"{result.name}: built {where} ({result.digest}, {result.seconds:.0f} s); digest in {_display(result.digest_file)}")
+        took = f"{result.seconds:.0f} s"
+        click.echo(f"{result.name}: built {where} ({size}, {result.digest}, {took}); digest in {_display(result.digest_file)}")
     else:
-        click.echo(f"{result.name}: up to date ({where}, {result.digest})")
-    if push:
+        click.echo(f"{result.name}: up to date ({where}, {size}, {result.digest})")
+    if destination is not None:
         from orchestrator.containers import push as shipping
 
-        target = push_target(project, cluster, SubprocessRunner())
+        target = destination.target
         pushed = shipping.push(
-            result.image, target, SubprocessRunner(), ssh_options=ssh_options, say=lambda line: click.echo(line, err=True)
+            result.image,
+            target,
+            SubprocessRunner(),
+            ssh_options=ssh_options,
+            say=lambda line: click.echo(line, err=True),
+            replace_other_image=replace_other_image,
         )
         how = f"{pushed.bytes_transferred} bytes sent ({pushed.method})" if pushed.transferred else "already there, nothing sent"
         click.echo(f"{result.name}: pushed to {target}: {how}; sha256 verified")
 
 
-def push_target(project: Path, cluster: str | None, runner) -> str:
-    """``host:path`` where jobs of the profile find the image (its container.image, with
-    the account filled in from params.yaml)."""
-    import getpass
+@dataclass(frozen=True)
+class PushDestination:
+    target: str  # host:path, where the profile's jobs read their image
+    image: str  # the containers/images.yaml image that goes there
 
-    from orchestrator.containers import push as shipping
+
+def push_destination(project: Path, cluster: str | None, name: str | None, replace_other_image: bool, runner) -> PushDestination:
+    """Where `build --push` sends an image, and which one: the image params.yaml's
+    orchestrator.image names for the profile (clusters.NAME merged), the one its jobs run
+    from that path; never the default ``ci``. Another NAME only with ``replace_other_image``."""
+    from orchestrator.config.params import NO_IMAGE
+    from orchestrator.containers import images
+    from orchestrator.containers.push import REPLACE_FLAG
     from orchestrator.scripts.workspace import Workspace
 
     ws = Workspace.open(project, cluster, runner)
+    target = push_target(ws)
+    settings = ws.params.settings
+    wanted = settings.image or NO_IMAGE
+    try:
+        known = images.names(project)
+    except ContainerError:
+        known = []
+    if name is not None and name not in known:
+        images.select(project, name)  # its own error: no such image, and the valid ones
+    if name is None or wanted == name:
+        if wanted == NO_IMAGE or settings.image_file:
+            what = "'none' (tasks run on the host)" if wanted == NO_IMAGE else f"your own image file {wanted!r} (jobs read it where it is)"
+            choices = f"one of: {', '.join(known)}" if known else "an image of containers/images.yaml"
+            raise ContainerError(
+                f"--push: params.yaml's orchestrator.image for profile {ws.cluster!r} is {what}, so there is no containers/images.yaml "
+                f"image to build and push; set it to {choices} (clusters.{ws.cluster}.orchestrator.image for this profile only)"
+            )
+        return PushDestination(target, wanted)
+    if not replace_other_image:
+        if wanted == NO_IMAGE:
+            runs = "no image (params.yaml's orchestrator.image is 'none')"
+        elif settings.image_file:
+            runs = f"your own image file {wanted!r}, not the image at {target} (params.yaml's orchestrator.image)"
+        else:
+            runs = f"image {wanted!r} from {target} (params.yaml's orchestrator.image)"
+        raise ContainerError(
+            f"--push: profile {ws.cluster!r} runs {runs}, you gave {name!r}; pass {REPLACE_FLAG} to push it there anyway, "
+            f"or set orchestrator.image: {name}"
+        )
+    return PushDestination(target, name)
+
+
+def push_target(ws) -> str:
+    """``host:path`` where jobs of the workspace's profile find the image (its
+    container.image, with the account filled in from params.yaml)."""
+    import getpass
+
+    from orchestrator.containers import push as shipping
+
     c = ws.profile.profile.container
     if not (c.push_host and c.image):
         raise ContainerError(
@@ -117,3 +204,6 @@ def _display(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+from orchestrator.cli import container_verbs  # noqa: E402, F401  (registers list, exec, shell and clean on the group)

@@ -43,7 +43,8 @@ class Settings:
     time: str | None = None
     # What the tasks run in on a profile with a container runtime: "none" (the host), a
     # containers/images.yaml entry (dvc.yaml's training stages depend on
-    # containers/<image>.digest, so a new image makes them stale), or an image file of your
+    # containers/<image>.digest, the image's content hash: an image built from other inputs
+    # makes them stale, a rebuild of the same inputs does not), or an image file of your
     # own, a path ending .sif (see image_file).
     image: str | None = None
     # Where the items' processes run: auto (on a profile's GPUs; on `local`, on this

@@ -385,9 +385,15 @@ def problems(p: Profile) -> list[str]:
             found.append(f"scheduler.launcher: a profile without Slurm (kind: none) runs jobs locally; use 'local', not {s.launcher!r}")
         if s.cpu_partition is not None:
             found.append("scheduler.cpu_partition: a profile without Slurm (kind: none) has no partitions; leave it out")
-    for what, value in [("scheduler.default_time", s.default_time)] + [
-        (f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()
-    ] + [(f"scheduler.partitions.{k}.max_time_by_nodes.{size}", t) for k, v in s.partitions.items() for size, t in v.max_time_by_nodes.items()]:
+    for what, value in (
+        [("scheduler.default_time", s.default_time)]
+        + [(f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()]
+        + [
+            (f"scheduler.partitions.{k}.max_time_by_nodes.{size}", t)
+            for k, v in s.partitions.items()
+            for size, t in v.max_time_by_nodes.items()
+        ]
+    ):
         if why := times.problem(value):
             found.append(f"{what}: {why}")
     if s.requeue_signal is not None and not _SIGNAL.fullmatch(s.requeue_signal):

@@ -12,10 +12,23 @@ Layout of a build, for image ``ci`` with the default output:
   after ``apptainer build --fakeroot`` succeeded into a hidden temporary file beside
   it (jobs never see a half-written image; the temporary is removed on failure);
 - ``.orchestrator/images/ci.sif.json``: the stamp (content hash, per-input hashes,
-  git commit, runtime version, definition, the SIF's sha256, size and mtime);
-- ``.orchestrator/images/ci.build.log``: the runtime's output of the last build;
-- ``containers/ci.digest``: one line, ``sha256:<digest of the SIF>``, for DVC: a
-  training stage that lists it under ``deps`` re-runs when the image really changed.
+  git commit, runtime version, definition, the SIF's own sha256 under ``digest``, size
+  and mtime);
+- ``.orchestrator/images/ci.build.log``: the runtime's output of the last build, written
+  as it comes (the build shows its phase meanwhile: :mod:`~orchestrator.containers.progress`);
+- ``.orchestrator/images/.build-ci-PID/``: while building, the staging context and the
+  runtime's own temporary folder, removed at the end however the build ends; what a
+  killed build left is removed by the next (:mod:`~orchestrator.containers.leftovers`);
+- ``containers/ci.digest``: one line, the image's content hash
+  (``content-sha256:<hex>``), for DVC: a training stage that lists it under ``deps``
+  re-runs when what went into the image changed, and only then. Not the SIF's sha256:
+  a SIF carries its build time and a random id, so every rebuild, a revert, another
+  workstation or CI would each make every stage stale. The SIF's sha256 is what a push
+  verifies and what a job's provenance names (``image_sha256``); it is remembered beside
+  the image (:func:`orchestrator.util.files.cached_sha256`), so neither hashes it again.
+
+The image holds no project code (see containers/images.yaml): a change to
+``experiments/`` leaves the content hash as it is, and the build says "up to date".
 
 Every command (the runtime, git) runs through a :class:`~orchestrator.util.runner.Runner`
 as an argv list.
@@ -23,29 +36,30 @@ as an argv list.
 
 from __future__ import annotations
 
+import collections
 import glob
 import hashlib
 import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.containers import definition
+from orchestrator.containers import definition, leftovers, progress
 from orchestrator.containers.images import CONTAINERS_DIR, SAFE_PATH, BuildError, ContainerError, select
 from orchestrator.containers.inputs import BIG_FILE, Input, Prepared, content_hash, digest_inputs, prepare
 from orchestrator.util import files, git
 from orchestrator.util.files import sha256_file
-from orchestrator.util.runner import Runner
+from orchestrator.util.runner import Runner, Stopped
 
 IMAGES_DIR = ".orchestrator/images"  # workspace-local default for built images (git-ignored)
 RUNTIMES = ("apptainer", "singularity")
-STAMP_VERSION = 1
+STAMP_VERSION = 2  # 2: content-sha256 identity (no CA bundle, base by content); 1's images are rebuilt once
 DEFAULT_TIMEOUT = 7200.0
 
 
@@ -57,9 +71,11 @@ def stamp_path(image_path: Path) -> Path:
 
 
 def read_stamp(image_path: Path) -> dict:
+    """The stamp beside the image ({} when there is none); an older version's too, whose
+    big-file hashes are still good (:func:`stale_reason` never finds its image up to date)."""
     try:
         data = json.loads(stamp_path(image_path).read_text())
-        return data if isinstance(data, dict) and data.get("version") == STAMP_VERSION else {}
+        return data if isinstance(data, dict) and isinstance(data.get("version"), int) else {}
     except (OSError, ValueError):
         return {}
 
@@ -73,12 +89,15 @@ def stale_reason(stamp: Mapping, image_path: Path, chash: str, digests: Mapping[
     st = image_path.stat()
     if [st.st_size, st.st_mtime_ns] != [stamp.get("size"), stamp.get("mtime_ns")]:
         return "the image file changed since it was built"
+    if stamp.get("version") != STAMP_VERSION:
+        return "built by an older orchestrator, whose content hash had another form"
     if stamp.get("content_hash") == chash:
         return None
     old = stamp.get("inputs", {})
     changed = sorted({d for d in set(old) | set(digests) if old.get(d) != digests.get(d)})
     what = ["the definition"] if stamp.get("definition_sha256") != definition_sha else []
-    what += [c.removeprefix("src/") for c in changed[:5]] + ([f"{len(changed) - 5} more"] if len(changed) > 5 else [])
+    shown = ["the base image" if c == "base" else c.removeprefix("src/") for c in changed[:5]]
+    what += shown + ([f"{len(changed) - 5} more"] if len(changed) > 5 else [])
     return "changed: " + ", ".join(what) if what else "content hash differs"
 
 
@@ -90,8 +109,8 @@ class Result:
     name: str
     image: Path
     built: bool  # False: was up to date
-    content_hash: str
-    digest: str  # sha256:... of the SIF
+    content_hash: str  # content-sha256:...: what the digest file holds
+    digest: str  # sha256:... of the SIF (push, provenance)
     digest_file: Path
     seconds: float
     reason: str | None = None
@@ -119,6 +138,7 @@ def build(
     overrides: Sequence[str] = (),
     timeout: float = DEFAULT_TIMEOUT,
     say: Callable[[str], None] = lambda line: None,
+    display: progress.Display | None = None,
 ) -> Result:
     """Build image NAME unless its stamp says it is up to date (see the module doc)."""
     start = time.monotonic()
@@ -133,19 +153,17 @@ def build(
     definition_sha = hashlib.sha256(prepared.hashed_definition.encode()).hexdigest()
     reason = "--force" if force else stale_reason(stamp, out, chash, digests, definition_sha)
     if reason is None:
-        files.write_if_changed(digest_file, f"{stamp['digest']}\n")
+        write_digest(digest_file, chash, say)
         return Result(image.name, out, False, chash, stamp["digest"], digest_file, time.monotonic() - start)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with _lock(out):
         if not force and stale_reason(read_stamp(out), out, chash, digests, definition_sha) is None:  # built meanwhile
-            return build(project, name, runner, output=output, digest_file=digest_file, overrides=overrides, say=say)
-        for stale in out.parent.glob(glob.escape(f".{out.name}.") + "*.tmp"):  # left by a build that was killed (we hold the lock)
-            stale.unlink(missing_ok=True)
+            return build(project, name, runner, output=output, digest_file=digest_file, overrides=overrides, say=say, display=display)
         say(f"{image.name}: building ({reason}) with {Path(runtime).name} build --fakeroot; this can take minutes")
-        commit = git_commit(project, image.source, runner)
+        commit = git_commit(project, _git_paths(project, image), runner)
         version = _runtime_version(runner, runtime)
-        sif_digest, chash, digests, cache = _build_into_place(runtime, runner, prepared, out, commit, cache, timeout, say)
+        sif_digest, chash, digests, cache = _build_into_place(runtime, runner, prepared, out, commit, cache, timeout, say, display)
         stamp = {
             "version": STAMP_VERSION,
             "name": image.name,
@@ -163,53 +181,172 @@ def build(
             "stat_cache": cache,
         }
         files.atomic_write(stamp_path(out), json.dumps(stamp, indent=1, sort_keys=True) + "\n")
-        files.write_if_changed(digest_file, f"{sif_digest}\n")
+        files.remember_sha256(out, sif_digest.removeprefix("sha256:"))  # a push or a job's provenance need not hash it again
+        write_digest(digest_file, chash, say)
     return Result(image.name, out, True, chash, sif_digest, digest_file, time.monotonic() - start, reason)
 
 
-def _build_into_place(runtime, runner, prepared: Prepared, out: Path, commit: str, cache, timeout: float, say):
-    """Stage the inputs, build into a temporary file beside ``out``, rename it into
-    place. Nothing is left behind on failure (the log excepted)."""
-    log = out.with_name(f"{out.stem}.build.log")
-    context = Path(tempfile.mkdtemp(prefix=f"orchestrator-{prepared.image.name}-", dir=_safe_tmpdir()))
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+OLD_DIGEST_PREFIX = "sha256:"  # the digest file's form before it held the content hash: the SIF's sha256
+
+
+def write_digest(path: Path, chash: str, say: Callable[[str], None]) -> bool:
+    """Write the content hash to the digest file unless it holds it already (its mtime then
+    stays); say so when it held the old form. True when it wrote."""
     try:
+        old = path.read_text().strip()
+    except OSError:
+        old = ""
+    wrote = files.write_if_changed(path, f"{chash}\n")
+    if wrote and old.startswith(OLD_DIGEST_PREFIX):
+        say(f"{_shown(path)} now holds the image's content hash instead of the SIF's sha256: stages that depend on it run once more")
+    return wrote
+
+
+def _git_paths(project: Path, image) -> tuple[str, ...]:
+    """What an image is built from in the project: when one differs from HEAD, its commit label says ``-dirty``."""
+    from orchestrator.containers.images import IMAGES_FILE
+
+    template = image.template.relative_to(project).as_posix() if image.template.is_relative_to(project) else str(image.template)
+    return (*image.source, "pyproject.toml", IMAGES_FILE, template)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _build_into_place(runtime, runner, prepared: Prepared, out: Path, commit: str, cache, timeout: float, say, display=None):
+    """Stage the inputs, build into a temporary file beside ``out``, rename it into place.
+
+    Every temporary thing of the build lives in ``.build-NAME-PID/`` beside the image
+    (:mod:`~orchestrator.containers.leftovers`), the runtime's own folder included, and
+    is removed on success, failure, time-out or a stop signal (:class:`Stopped`); the log,
+    written from the first second, stays. ``display`` shows the progress
+    (:mod:`~orchestrator.containers.progress`; default: one line per phase, to ``say``)."""
+    name = prepared.image.name
+    _remove_leftovers(out, name, say)
+    log = _Log(out.with_name(f"{out.stem}.build.log"))
+    say(f"{name}: log: {log.path}")
+    tmp = leftovers.temp_image(out)
+    work: Path | None = None
+    stop: BaseException | None = None
+    try:
+        work = _work_dir(out, name, say)
+        context = work / "context"
+        context.mkdir()
         _stage(prepared.inputs, context)
         # Hash what was staged: that, not the working tree a moment earlier, is what goes in.
         digests, cache = digest_inputs(_staged(prepared.inputs, context), cache)
         chash = content_hash(prepared.hashed_definition, digests)
         template, _ = definition.load(prepared.image.template)
         text = definition.render(template, prepared.variables, context=str(context), content_hash=chash, git_commit=commit)
-        def_file = context / f"{prepared.image.name}.def"
+        def_file = context / f"{name}.def"
         def_file.write_text(text)
         argv = [runtime, "build", "--fakeroot", "--force", str(tmp), str(def_file)]
-        say(f"{prepared.image.name}: log: {log}")
-        try:
-            done = runner.run(argv, timeout=timeout)
-            rc, output = done.returncode, (done.stdout or "") + (done.stderr or "")
-        except subprocess.TimeoutExpired as exc:
-            rc, output = None, _text(exc.stdout) + _text(exc.stderr) + f"\n(timed out after {timeout:.0f} s)\n"
-        log.write_text(f"$ {shlex.join(argv)}\n{output}\n(exit {rc})\n")
+        rc = _run_logged(runner, argv, name, log, display or progress.Lines(say), timeout, work / "tmp")
         if rc != 0:
-            tail = [line for line in output.splitlines() if line.strip()][-15:]
             raise BuildError(
-                f"building image {prepared.image.name!r} failed: {Path(runtime).name} build "
+                f"building image {name!r} failed: {Path(runtime).name} build "
                 + (f"exited with {rc}" if rc is not None else f"timed out after {timeout:.0f} s"),
-                hints=[f"log: {log}", "last lines:", *[f"  {line}" for line in tail], f"nothing was written to {out}"],
+                hints=[f"log: {log.path}", "last lines:", *[f"  {line}" for line in log.tail], f"nothing was written to {out}"],
             )
         if not tmp.is_file() or tmp.stat().st_size == 0:
-            raise BuildError(
-                f"building image {prepared.image.name!r}: {Path(runtime).name} build succeeded but wrote no image", hints=[f"log: {log}"]
-            )
+            what = f"building image {name!r}: {Path(runtime).name} build succeeded but wrote no image"
+            raise BuildError(what, hints=[f"log: {log.path}"])
         sif_digest = "sha256:" + sha256_file(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, out)
         return sif_digest, chash, digests, cache
+    except (Stopped, KeyboardInterrupt) as exc:
+        stop = exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
-        shutil.rmtree(context, ignore_errors=True)
+        if work is not None:
+            leftovers.remove_tree(work)
+        if stop is not None:  # said once all is removed, so that it is true
+            signame = stop.name if isinstance(stop, Stopped) else "SIGINT"
+            kept = "the old image is kept" if out.is_file() else f"there was no image at {out} before"
+            line = f"build of {name} stopped by {signame}: nothing was installed, {kept}"
+            log.write(line)
+            say(line)
+            if isinstance(stop, Stopped):
+                stop.reported = True
+        log.close()
+
+
+class _Log:
+    """The build's log: emptied when the build starts, each line written (and flushed) as it comes;
+    the last non-empty lines kept for the error message."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = path.open("w", encoding="utf-8", errors="replace")
+        self.tail: collections.deque[str] = collections.deque(maxlen=15)
+        self.write(f"# build started {time.strftime('%Y-%m-%dT%H:%M:%S%z')} by process {os.getpid()} on {socket.gethostname()}")
+
+    def write(self, line: str) -> None:
+        self.file.write(line + "\n")
+        self.file.flush()
+        if line.strip():
+            self.tail.append(line)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _run_logged(runner: Runner, argv: list[str], name: str, log: _Log, display, timeout: float, runtime_tmp: Path) -> int | None:
+    """Run the runtime, its output to the log and the display as it comes; its exit status
+    (None: timed out, stopped and its process group with it). Its temporary folder is
+    ``runtime_tmp``, where a killed build's leftovers are found again."""
+    runtime_tmp.mkdir()
+    env = {"APPTAINER_TMPDIR": str(runtime_tmp), "SINGULARITY_TMPDIR": str(runtime_tmp)}
+    log.write(f"$ {' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())} {shlex.join(argv)}")
+
+    def on_line(line: str) -> None:
+        log.write(line)
+        display.line(line)
+
+    def on_start(pid: int) -> None:  # a runtime our death left running keeps its folder alive (leftovers)
+        (runtime_tmp.parent / leftovers.RUNTIME_FILE).write_text(f"{pid}\n")
+
+    display.begin(name)
+    try:
+        rc: int | None = runner.stream(argv, on_line, timeout=timeout, env=env, on_start=on_start)
+    except subprocess.TimeoutExpired:
+        rc = None
+        log.write(f"(timed out after {timeout:.0f} s)")
+    finally:
+        display.end()
+    log.write(f"(exit {rc})")
+    return rc
+
+
+def _work_dir(out: Path, name: str, say) -> Path:
+    """``.build-NAME-PID/`` beside the image, or in the fallback folder where the image's
+    folder has a path %files cannot take (and the build says so)."""
+    work = leftovers.build_dir(out.parent, name)
+    if not SAFE_PATH.fullmatch(str(work)):
+        work = leftovers.build_dir(leftovers.fallback_dir(), name)
+        say(f"{name}: {out.parent} has characters Apptainer's %files cannot take: the build's temporary files go to {work}")
+    leftovers.remove_tree(work)  # a process of our id that was killed: it is gone
+    return leftovers.make_build_dir(work)
+
+
+def _remove_leftovers(out: Path, name: str, say) -> None:
+    """Remove what killed builds left (their process is gone) and, since we hold this
+    image's lock, its temporary images named by builds of older versions; say how much."""
+    items = leftovers.find(out.parent)
+    named = {item.path for item in items}
+    for old in out.parent.glob(glob.escape(f".{out.name}.") + "*.tmp"):
+        if old not in named and leftovers.owner(old) is None and old.is_file():
+            items.append(leftovers.Leftover(old, leftovers.disk_bytes(old), f"unfinished image of {name} from an older build"))
+    if items:
+        freed = leftovers.remove(items)
+        paths = ", ".join(item.path.name if item.path.parent == out.parent else str(item.path) for item in items)
+        say(f"{name}: removed what stopped builds left in {out.parent}, {progress.size_text(freed)} freed: {paths}")
 
 
 def _stage(inputs: Iterable[Input], context: Path) -> None:
@@ -242,11 +379,6 @@ def _staged(inputs: Iterable[Input], context: Path) -> list[Input]:
     return result
 
 
-def _safe_tmpdir() -> str:
-    tmp = tempfile.gettempdir()
-    return tmp if SAFE_PATH.fullmatch(tmp) else "/tmp"
-
-
 def git_commit(project: Path, source: Sequence[str], runner: Runner) -> str:
     """HEAD's commit, with ``-dirty`` when the copied-in paths differ from it; ``unknown`` outside git."""
     code = git.state(project, runner, source)
@@ -261,12 +393,6 @@ def _runtime_version(runner: Runner, runtime: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return Path(runtime).name
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else Path(runtime).name
-
-
-def _text(data) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else str(data)
 
 
 def _lock(image_path: Path):

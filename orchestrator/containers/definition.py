@@ -40,12 +40,13 @@ def load(path: Path):
 
 
 def render(template, variables: Mapping[str, object], *, context: str, content_hash: str, git_commit: str) -> str:
-    """The definition text; staged inputs are named inside ``context``."""
-    values = dict(variables)
-    for key in ("torch_wheel", "ca_bundle"):
+    """The definition text; staged inputs are named inside ``context`` (``src_dir``: empty
+    unless the image copies project paths in, images.yaml's ``source``)."""
+    values = {"src_dir": "", **variables}
+    for key in ("torch_wheel", "ca_bundle", "src_dir"):
         if values.get(key):
             values[key] = f"{context}/{values[key]}"
-    values.update(src_dir=f"{context}/src", content_hash=content_hash, git_commit=git_commit)
+    values.update(content_hash=content_hash, git_commit=git_commit)
     import jinja2
 
     try:
@@ -70,6 +71,9 @@ def _path(value: object) -> str:
     """A %files path. Apptainer splits %files lines itself (double quotes only) and
     expands sources with bash, so only plain characters are accepted."""
     text = _no_newline(value)
+    if not text:
+        # src_dir is empty unless images.yaml's `source` names project paths to copy in.
+        raise ContainerError("an empty path cannot go into a definition file's %files (does the image set `source` in images.yaml?)")
     if not SAFE_PATH.fullmatch(text):
         raise ContainerError(f"path {text!r} cannot go into a definition file (only letters, digits and ._/+@%:,=~- are safe)")
     return f'"{text}"'

@@ -19,13 +19,15 @@ from orchestrator.errors import OrchestratorError
 CONTAINERS_DIR = "containers"
 IMAGES_FILE = f"{CONTAINERS_DIR}/images.yaml"
 DEFAULT_IMAGE = "ci"
-DEFAULT_SOURCE = ("pyproject.toml", "orchestrator", "experiments", "templates")
+# The project's own code is not in an image by default: jobs import it from their workspace
+# (plan.py binds it and puts the run dir first on PYTHONPATH), so a code change needs no rebuild.
+DEFAULT_SOURCE: tuple[str, ...] = ()
 
 # The keys of an image in images.yaml, with what they mean (listed in errors).
 KEYS = {
     "definition": "the template file in containers/ (required)",
     "description": "one line",
-    "source": "project paths copied in and pip-installed",
+    "source": "project paths copied in and pip-installed (opt-in: jobs import the code from their workspace)",
     "base": "localimage: the base image file",
     "from": "docker: the registry image",
     "activate": "none | with-conda",
@@ -44,7 +46,7 @@ SKELETON = f"""\
 # Not needed to run in an image you already have: set params.yaml's
 # orchestrator.image to its file (a path ending .sif) instead.
 #
-# For example, LUMI's PyTorch image plus this project (the template comes with
+# For example, LUMI's PyTorch image plus this project's train extra (the template comes with
 # the orchestrator: containers/localimage.def.j2 in its repository):
 #
 #   lumi:

@@ -1,14 +1,31 @@
-"""What goes into an image, and its content hash.
+"""What goes into an image, and its content hash: the image's identity.
 
 :func:`prepare` gathers everything an image is made of: the files the build copies
-in (the project source, the torch wheel, a CA bundle) or builds from (a localimage's
-base), the template values, and the definition rendered with the build-specific
-values (the staging folder, the hash itself and the git commit) blanked. The
-*content hash* is the hash of that definition and of every input's contents, in
-sorted order: an image is rebuilt only when it changes. Files of 16 MiB and more
-(the torch wheel, base images of gigabytes) are hashed once and then recognised by
-size, mtime and inode, as make and DVC do, so the no-op check stays well under a
-second.
+in (the torch wheel; the project's own paths only for an image that asks for them
+with images.yaml's ``source``) or builds from (a localimage's base), the template
+values, and the definition rendered for the identity. The *content hash* is the
+hash of that definition and of every input's contents, in sorted order, written
+``content-sha256:<hex>``. An image is rebuilt only when it changes, and it is what
+``containers/<name>.digest`` holds for DVC: the same inputs give the same digest
+file on any machine, before and after a revert, however often the image is rebuilt
+(the SIF itself differs every time: it carries its build time and a random id; its
+own sha256 is in the stamp, for push and provenance).
+
+What the identity leaves out, because it is not in the image or differs per machine:
+the staging folder, the build's git commit and the hash itself (labels), the build
+machine's CA bundle (given to pip during the build and removed at the end of %post),
+and a base image's path (its content is in, by sha256, under the name ``base``).
+
+What it does NOT capture: whatever the build resolves when it runs. debootstrap and
+pip install the newest packages that satisfy the definition and the ``train`` extra,
+so the same identity built a month later may hold newer Debian packages or a newer
+release within ``pytorch-lightning>=2.5,<2.7``; a registry tag (``from:``) may move
+(pin it by digest). Pin versions (``==``) where that matters. The runtime's version
+is recorded in the stamp, not in the identity.
+
+Files of 16 MiB and more (the torch wheel, base images of gigabytes) are hashed once
+and then recognised by size, mtime and inode, as make and DVC do, so the no-op check
+stays well under a second.
 
 Reads files only; runs nothing.
 """
@@ -30,6 +47,10 @@ from orchestrator.util.files import sha256_file
 BIG_FILE = 16 << 20  # from this size on, a file's hash is reused while size/mtime/inode match
 HASH_CONTEXT = "/build-context"  # the staging folder as the content hash sees it
 BLANK = "-"  # the hash and commit labels as the content hash sees them
+HASH_BASE = "/base-image.sif"  # a base image's path as the content hash sees it (its content is an input)
+HASH_PREFIX = "content-sha256:"  # the content hash's form; a SIF's own sha256 is written sha256:<hex>
+CA_DEST = "ca.crt"  # the CA bundle in the staging folder: for pip during the build, not in the image
+BASE_PREFIX = "base:"  # a base image's input: base:<its path>
 README_STUB = b"orchestrator: the project installed into a container image (README.md is not copied in).\n"
 
 
@@ -43,13 +64,21 @@ class Input:
     data: bytes | None = None
     staged: bool = True
 
+    @property
+    def identity(self) -> str | None:
+        """Its name in the content hash: a base image by ``base`` (its path differs per
+        machine, its content does not); None for what is not in the image (the CA bundle)."""
+        if self.dest == CA_DEST:
+            return None
+        return "base" if self.dest.startswith(BASE_PREFIX) else self.dest
+
 
 @dataclass(frozen=True)
 class Prepared:
     image: Image
     inputs: tuple[Input, ...]
     variables: Mapping[str, object]  # template values except the build-specific ones
-    hashed_definition: str  # rendered with the build-specific values blanked
+    hashed_definition: str  # rendered as the content hash sees it (build-specific values blanked, no CA bundle)
 
 
 def prepare(project: Path, image: Image) -> Prepared:
@@ -58,7 +87,10 @@ def prepare(project: Path, image: Image) -> Prepared:
     variables: dict[str, object] = {"name": image.name}
     variables.update({("from_ref" if k == "from" else k): v for k, v in image.values.items()})
     inputs = []
-    if "src_dir" in used:  # the definition copies the project source in
+    # The project's own code reaches jobs from their workspace (bound, first on PYTHONPATH), not
+    # from the image; an image copies it in only when images.yaml's `source` asks for it.
+    variables["src_dir"] = "src" if image.source and "src_dir" in used else ""
+    if variables["src_dir"]:
         missing = [p for p in image.source if not (project / p).exists()]
         if missing:
             raise ContainerError(f"image {image.name!r}: source paths missing in {project}: {', '.join(missing)}")
@@ -74,9 +106,9 @@ def prepare(project: Path, image: Image) -> Prepared:
             inputs.append(Input(f"wheels/{wheel.name}", wheel))
     if "ca_bundle" in used:
         bundle = find_ca_bundle(image.values.get("ca_bundle"))
-        variables["ca_bundle"] = "ca.crt" if bundle else ""
+        variables["ca_bundle"] = CA_DEST if bundle else ""
         if bundle:
-            inputs.append(Input("ca.crt", bundle))
+            inputs.append(Input(CA_DEST, bundle))
     if "base" in used and "base" in image.values:
         base = Path(str(image.values["base"]))
         base = base if base.is_absolute() else project / base
@@ -85,15 +117,16 @@ def prepare(project: Path, image: Image) -> Prepared:
                 f"image {image.name!r}: the base image {base} does not exist",
                 hints=[f"set its path in {IMAGES_FILE} (key base) or with --set base=PATH"],
             )
-        inputs.append(Input("base:" + str(base), base, staged=False))
+        inputs.append(Input(BASE_PREFIX + str(base), base, staged=False))
         variables["base"] = str(base)
-    missing = sorted({"from" if m == "from_ref" else m for m in used - set(variables) - {"content_hash", "git_commit", "src_dir"}})
+    missing = sorted({"from" if m == "from_ref" else m for m in used - set(variables) - {"content_hash", "git_commit"}})
     if missing:
         raise ContainerError(
             f"image {image.name!r}: {image.template.name} uses {', '.join(missing)}, which {IMAGES_FILE} does not set",
             hints=["valid keys: " + ", ".join(KEYS)],
         )
-    hashed = definition.render(template, variables, context=HASH_CONTEXT, content_hash=BLANK, git_commit=BLANK)
+    as_hashed = {**variables, "ca_bundle": "", **({"base": HASH_BASE} if "base" in variables else {})}
+    hashed = definition.render(template, as_hashed, context=HASH_CONTEXT, content_hash=BLANK, git_commit=BLANK)
     return Prepared(image, tuple(sorted(inputs, key=lambda i: i.dest)), variables, hashed)
 
 
@@ -104,28 +137,32 @@ def current_hash(project: Path, name: str | None = None, overrides: Sequence[str
 
 
 def content_hash(hashed_definition: str, digests: Mapping[str, str]) -> str:
+    """``content-sha256:<hex>`` of the definition as hashed and the inputs' digests (:func:`digest_inputs`)."""
     h = hashlib.sha256(b"orchestrator-image\0")
     h.update(hashed_definition.encode())
-    for dest in sorted(digests):
-        h.update(f"\0{dest}\0{digests[dest]}".encode())
-    return "sha256:" + h.hexdigest()
+    for name in sorted(digests):
+        h.update(f"\0{name}\0{digests[name]}".encode())
+    return HASH_PREFIX + h.hexdigest()
 
 
 def digest_inputs(inputs: Iterable[Input], cache: Mapping[str, Sequence] | None = None) -> tuple[dict[str, str], dict[str, list]]:
-    """``{dest: sha256}`` of every input, and the new stat cache of the big files
-    (``{path: [size, mtime_ns, inode, sha256]}``; an entry of ``cache`` is reused while
-    the file's size, mtime and inode are unchanged)."""
+    """``{identity: sha256}`` of every input that is in the image (:attr:`Input.identity`), and
+    the new stat cache of the big files (``{path: [size, mtime_ns, inode, sha256]}``; an entry
+    of ``cache`` is reused while the file's size, mtime and inode are unchanged)."""
     cache = cache or {}
     digests: dict[str, str] = {}
     new_cache: dict[str, list] = {}
     for inp in inputs:
+        name = inp.identity
+        if name is None:
+            continue
         if inp.data is not None:
-            digests[inp.dest] = hashlib.sha256(inp.data).hexdigest()
+            digests[name] = hashlib.sha256(inp.data).hexdigest()
             continue
         assert inp.path is not None
         st = inp.path.stat()
         if st.st_size < BIG_FILE:
-            digests[inp.dest] = hashlib.sha256(inp.path.read_bytes()).hexdigest()
+            digests[name] = hashlib.sha256(inp.path.read_bytes()).hexdigest()
             continue
         key = str(inp.path)
         hit = cache.get(key)
@@ -133,7 +170,7 @@ def digest_inputs(inputs: Iterable[Input], cache: Mapping[str, Sequence] | None 
             digest = str(hit[3])
         else:
             digest = sha256_file(inp.path)
-        digests[inp.dest] = digest
+        digests[name] = digest
         new_cache[key] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]
     return digests, new_cache
 

@@ -2,22 +2,45 @@
 
 ``push(image, "user@host:/project/x/containers/orchestrator.sif", runner)`` makes the file
 at the remote path byte-identical to the local image, or raises :class:`ShipError` and
-leaves whatever was at that path before untouched. A push is three steps, each one ssh
-connection (jobs only ever open the final path):
+leaves whatever was at that path before untouched. A push is three ssh connections with
+a check here after the first (jobs only ever open the final path):
 
-1. probe: create the remote directory; if a file of the image's size is already at the
-   final path, its sha256. Equal to the local sha256: nothing to do, nothing transferred
+1. probe: create the remote directory; if a file is already at the final path, its size,
+   its sha256 when the size is the image's, the record beside it (below) and, when it is
+   not this image, its first 64 KiB. Equal sha256: nothing to transfer
    (``PushResult.transferred`` is False).
-2. transfer to a hidden temporary name beside the final one, ``.NAME.part``, with
+2. guard, here: a file at the final path that holds ANOTHER image is never overwritten
+   unless the caller says so (``replace_other_image``, the CLI's ``--replace-other-image``):
+   :class:`OtherImageThere` names what is there and what was given, and nothing is sent.
+   What is there is read from the record the last push wrote beside the image,
+   ``NAME.orchestrator.json`` (name, sha256, content hash, size, build and push times),
+   trusted only while the file is not newer than it and has its size; else from the
+   image's own ``org.orchestrator.image`` label, parsed from the SIF's descriptors in
+   those 64 KiB (no container runtime needed on the host). A file whose name neither
+   gives is "of unknown name" and refused the same way. The same name with other
+   content (a newer build of the same image) is the usual update and goes ahead.
+3. transfer to a hidden temporary name beside the final one, ``.NAME.part``, with
    ``rsync --inplace`` (which keeps what arrived when it is interrupted): the next push
    uses that file as the basis of rsync's delta transfer, so only what is missing
    crosses the network again. ``--ignore-times``: never trust a leftover's size and
    mtime, always let the checksums decide.
-3. verify and commit: the sha256 of ``.NAME.part``, computed on the remote host, must
-   equal the local one; then ``mv -f`` renames it over the final path, an atomic
-   rename within one directory. Jobs that have the old image open keep reading the old
-   file. On a mismatch the temporary file is removed and :class:`ChecksumMismatch`
-   raised; the final path is not touched.
+4. verify and commit: the sha256 of ``.NAME.part``, computed on the remote host, must
+   equal the local one; it is given the mode an uninterrupted rsync gives a new file
+   (the local image's mode less the remote umask: rsync writes into 0600 and sets the
+   mode only when a transfer ends, and never touches an existing file's mode without
+   ``-p``, so a part resumed after Ctrl-C would stay 0600, unreadable to the project
+   group); then ``mv -f`` renames it over the final path, an atomic rename within one
+   directory, and the record is written beside it (a temporary file and a rename). Jobs
+   that have the old image open keep reading the old file. On a mismatch the temporary
+   file is removed and :class:`ChecksumMismatch` raised; the final path is not touched.
+
+A transfer that stops on a full disk (or quota) removes its partial file and says so
+with its size; one that was interrupted keeps it for the next push to resume (see
+``_Session.disk_full`` for why the two differ).
+
+Each successful push (or a verified "nothing to push") is also recorded beside the
+LOCAL image, in ``NAME.sif.pushes.json``: ``{target: {"sha256", "at", "name"}}``, which
+``orchestrator container list`` shows.
 
 Remote commands: each is a constant one-line POSIX sh script run as
 ``sh -c SCRIPT sh ARG...``, and every word of that line is ``shlex.quote``d. ssh joins
@@ -29,23 +52,28 @@ the remote path with ``-s`` (``--protect-args``/``--secluded-args``), which send
 over rsync's protocol instead of through the remote shell, on old rsyncs too.
 
 The local image's sha256 is computed once, streaming, and cached beside the image in
-``.NAME.sha256`` keyed by size and mtime, so pushing a big image again (the usual case:
-nothing changed) costs one remote hash and no local one.
+``.NAME.sha256`` keyed by size, mtime and inode (the build writes it), so pushing a big
+image again (the usual case: nothing changed) costs one remote hash and no local one.
 
 A target without ``host:`` is a path on this machine: the image is copied there with
-the same temporary name, verification and rename, in Python.
+the same temporary name, guard, mode, verification, rename and record, in Python.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import posixpath
 import re
 import shlex
 import shutil
+import socket
+import struct
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, NoReturn
 
@@ -64,6 +92,15 @@ class ShipError(OrchestratorError):
 
 class ChecksumMismatch(ShipError):
     """The copy that arrived is not the image (corrupted, or the image changed meanwhile)."""
+
+
+class OtherImageThere(ShipError):
+    """The target holds another image, or one whose name cannot be read; nothing was sent."""
+
+    exit_code = 2
+
+
+REPLACE_FLAG = "--replace-other-image"  # the CLI's spelling of replace_other_image, which the refusal names
 
 
 @dataclass(frozen=True)
@@ -97,6 +134,15 @@ class Target:
     def part(self) -> str:
         """The hidden temporary name the image is transferred to, beside the final one."""
         return posixpath.join(self.directory, f".{self.name}.part")
+
+    @property
+    def sidecar(self) -> str:
+        """What the last push installed at the final path (see :func:`sidecar_text`), beside it."""
+        return self.path + SIDECAR_SUFFIX
+
+    @property
+    def sidecar_tmp(self) -> str:
+        return posixpath.join(self.directory, f".{self.name}{SIDECAR_SUFFIX}.tmp")
 
     def show(self) -> str:
         return f"{self.rsync_host}:{self.path}" if self.host else self.path
@@ -154,32 +200,18 @@ _CHUNK = 1 << 20
 
 
 def cache_path(image: Path) -> Path:
-    return image.with_name(f".{image.name}.sha256")
+    return files.sha256_cache_path(image)
 
 
 def local_sha256(image: Path) -> str:
-    """The image's sha256, from the cache beside it when its size and mtime still match."""
+    """The image's sha256 (:func:`orchestrator.util.files.cached_sha256`: remembered beside it
+    while its size, mtime and inode match; the build leaves it there)."""
     image = Path(image)
-    st = _stat_image(image)
-    key = f"{st.st_size} {st.st_mtime_ns}"
-    cache = cache_path(image)
+    _stat_image(image)
     try:
-        digest, cached_key = cache.read_text().split(" ", 1)
-        if cached_key.strip() == key and re.fullmatch(r"[0-9a-f]{64}", digest):
-            return digest
-    except (OSError, ValueError):
-        pass
-    try:
-        digest = sha256_file(image)
+        return files.cached_sha256(image)
     except OSError as exc:
         raise ShipError(f"cannot read the image {image}: {exc.strerror or exc}") from exc
-    after = image.stat()
-    if (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns):  # not being written meanwhile
-        try:
-            files.atomic_write(cache, f"{digest} {key}\n")
-        except OSError:
-            pass  # a read-only image folder: no cache, hash every time
-    return digest
 
 
 def _stat_image(image: Path) -> os.stat_result:
@@ -194,6 +226,210 @@ def _stat_image(image: Path) -> os.stat_result:
     return st
 
 
+# --- what an image file holds: its name, content hash and build time ----------------------
+
+NAME_LABEL = "org.orchestrator.image"
+CONTENT_LABEL = "org.orchestrator.content-hash"
+SIDECAR_SUFFIX = ".orchestrator.json"
+# Of a remote file that is not this image, read for its labels: a SIF's header and
+# descriptor table take ~32 KiB, then come the definition and the metadata with the
+# labels (38 KiB into the CI image). Labels further in read as "unknown name".
+HEAD_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which image a file is: its containers/images.yaml name (None: unknown), content hash, build time."""
+
+    name: str | None
+    content_hash: str | None = None
+    built_at: str | None = None
+
+    def describe(self) -> str:
+        """``image 'ci' (built 2026-11-25T20:01:38+0000, content sha256:0ad704e9f635)``."""
+        details = [f"built {self.built_at}"] if self.built_at else []
+        details += [f"content {self.content_hash[:19]}"] if self.content_hash else []
+        return f"image {self.name!r}" + (f" ({', '.join(details)})" if details else "")
+
+
+# The SIF format (github.com/apptainer/sif, little-endian, packed): a 128-byte header, a
+# table of 585-byte descriptors, then the data objects the descriptors point to.
+_SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")  # launch script, magic, version, arch, id; created, modified,
+# descriptors free/total/offset/size, data offset/size
+_SIF_DESCRIPTOR = struct.Struct("<iBIIIqqqqqqq128s384s")  # type, used, id, group, link; offset, size, padded size,
+# created, modified, uid, gid; name, extra
+_SIF_MAGIC = b"SIF_MAGIC\0"
+_SIF_JSON = 0x4006  # a generic JSON object: Apptainer's and Singularity's inspect metadata, with the %labels
+_SIF_MAX_DESCRIPTORS = 4096
+_SIF_MAX_JSON = 1 << 20
+
+
+def sif_identity(read: Callable[[int, int], bytes]) -> Identity | None:
+    """What a SIF's own labels (``org.orchestrator.image``, ``...content-hash``) and header
+    (its creation time) say it is; None when it is not a SIF or its metadata is out of reach.
+
+    ``read(offset, size)`` gives the file's bytes there: fewer when the file, or the part
+    of it at hand (the first 64 KiB of a remote file), ends before. Pure parsing, no
+    runtime: the push host needs no Apptainer.
+    """
+    header = read(0, _SIF_HEADER.size)
+    if len(header) < _SIF_HEADER.size:
+        return None
+    fields = _SIF_HEADER.unpack(header)
+    magic, created, total, table_at, table_size = fields[1], fields[5], fields[8], fields[9], fields[10]
+    if magic != _SIF_MAGIC or not 0 < total <= _SIF_MAX_DESCRIPTORS or table_size != total * _SIF_DESCRIPTOR.size:
+        return None
+    table = read(table_at, table_size)
+    if len(table) < table_size:
+        return None
+    built = _utc(created)
+    for i in range(total):
+        kind, used, *_, at, size = _SIF_DESCRIPTOR.unpack_from(table, i * _SIF_DESCRIPTOR.size)[:7]
+        if not used or kind != _SIF_JSON or not 0 < size <= _SIF_MAX_JSON:
+            continue
+        data = read(at, size)
+        if len(data) < size:
+            return None
+        try:
+            labels = json.loads(data)["data"]["attributes"]["labels"]
+        except (ValueError, KeyError, TypeError):
+            continue  # another JSON object
+        if isinstance(labels, dict):
+            return Identity(_text(labels.get(NAME_LABEL)), _text(labels.get(CONTENT_LABEL)), built)
+    return Identity(None, None, built)  # a SIF without labels
+
+
+def identify(image: Path) -> Identity:
+    """The local image's identity: its own labels, else the build stamp beside it (which
+    also gives the build time, when it describes this very file)."""
+    from orchestrator.containers.build import read_stamp
+
+    try:
+        with open(image, "rb") as f:
+
+            def read(offset: int, size: int) -> bytes:
+                f.seek(offset)
+                return f.read(size)
+
+            sif = sif_identity(read) or Identity(None)
+    except OSError:
+        sif = Identity(None)
+    stamp = read_stamp(image)
+    try:
+        st = image.stat()
+        if [st.st_size, st.st_mtime_ns] != [stamp.get("size"), stamp.get("mtime_ns")]:
+            stamp = {}  # it describes an earlier file at this path
+    except OSError:
+        stamp = {}
+    return Identity(
+        sif.name or _text(stamp.get("name")),
+        sif.content_hash or _text(stamp.get("content_hash")),
+        _text(stamp.get("built_at")) or sif.built_at,
+    )
+
+
+def sidecar_text(ours: Identity, digest: str, size: int) -> str:
+    """The record a push writes beside the image it installed: one line of ASCII JSON."""
+    record = {
+        "name": ours.name,
+        "sha256": digest,
+        "content_hash": ours.content_hash,
+        "built_at": ours.built_at,
+        "size": size,
+        "pushed_at": _now(),
+        "pushed_from": socket.gethostname(),
+    }
+    return json.dumps(record, sort_keys=True)
+
+
+def sidecar_identity(text: str | None, size: int | None, sha256: str | None) -> Identity | None:
+    """The identity a sidecar gives, while it still describes the file beside it: same
+    size, and same sha256 when that is known. None: no sidecar, or a stale or broken one."""
+    if text is None or size is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("size") != size or (sha256 and data.get("sha256") != sha256):
+        return None
+    return Identity(_text(data.get("name")), _text(data.get("content_hash")), _text(data.get("built_at")))
+
+
+def guard(where: str, there: Identity, image: Path, ours: Identity, replace: bool, say: Callable[[str], None]) -> None:
+    """Refuse to put ``ours`` over a file that holds another image, or one of unknown name."""
+    if there.name is not None and there.name == ours.name:
+        return  # a newer build of the same image: the usual update
+    held = (
+        there.describe()
+        if there.name
+        else f"an image of unknown name (no up-to-date {posixpath.basename(where)}{SIDECAR_SUFFIX} beside it, no {NAME_LABEL} label in it)"
+    )
+    if replace:
+        say(f"{where} holds {held}; replacing it ({REPLACE_FLAG})")
+        return
+    gave = repr(ours.name) if ours.name else f"{image}, which has no {NAME_LABEL} label"
+    raise OtherImageThere(f"{where} holds {held}, you gave {gave}; pass {REPLACE_FLAG} to overwrite")
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _utc(seconds: int) -> str | None:
+    if not 0 < seconds < 1 << 34:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+# --- where the local image was pushed (for `orchestrator container list`) -------------------
+
+
+def pushes_path(image: Path) -> Path:
+    return image.with_name(image.name + ".pushes.json")
+
+
+def read_pushes(image: Path) -> dict[str, dict]:
+    """``{target: {"sha256": HEX, "at": ISO-8601, "name": NAME}}``; {} when never pushed (or unreadable)."""
+    try:
+        data = json.loads(pushes_path(image).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def record_push(image: Path, target: str, digest: str, name: str | None, say: Callable[[str], None]) -> None:
+    """Add ``target`` to the image's push record. Read, update, rename: two pushes of one
+    image ending in the same instant could lose one entry, which only `list` shows."""
+    pushes = read_pushes(image)
+    pushes[target] = {"sha256": digest, "at": _now(), "name": name}
+    try:
+        files.atomic_write(pushes_path(image), json.dumps(pushes, indent=1, sort_keys=True) + "\n")
+    except OSError as exc:  # a read-only image folder: the push itself succeeded
+        say(f"note: could not record the push in {pushes_path(image)}: {exc.strerror or exc}")
+
+
+def _mode_for(local_mode: int) -> int:
+    """The mode rsync gives a new file without -p: the source's permission bits less the umask."""
+    return local_mode & 0o777 & ~_umask()
+
+
+def _umask() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it (and set it back at once)
+    os.umask(mask)
+    return mask
+
+
 # --- push ---------------------------------------------------------------------------------
 
 # ssh options added after the caller's (ssh takes the first value of each option, so the
@@ -203,21 +439,48 @@ RSYNC_IO_TIMEOUT_S = 300
 _TAG = "orchestrator-ship:"  # marks our lines in remote output (a noisy .bashrc may print too)
 _LOGIN_REFUSED = re.compile(r"Permission denied \([a-z,-]+\)\.")  # ssh's, not a file's "Permission denied (13)"
 
-# $1 dir, $2 final, $3 part, $4 local size. Exit codes are ours (mapped in _Session.probe).
+_DISK_FULL = re.compile(r"No space left on device|Disk quota exceeded|\((?:28|122)\)$", re.MULTILINE)  # ENOSPC, EDQUOT
+
+
+def _chmod_sh(mode: str, file: str) -> str:
+    """sh: give ``file`` the mode rsync gives a new file, ``mode`` (the local image's, octal) less the umask."""
+    return f'm=$(umask) && chmod -- "$(printf %o $(( 0{mode} & ~0$m & 511 )))" "{file}"'
+
+
+def _sidecar_sh(final: str, tmp: str, text: str) -> str:
+    """sh: write the sidecar ``final`` with ``text`` by a rename; on failure say so (the image is in place all the same)."""
+    write = f'printf "%s\\n" "{text}" > "{tmp}" && mv -f -- "{tmp}" "{final}"'
+    return f'{{ {write}; }} || {{ rm -f -- "{tmp}"; echo "{_TAG} sidecar-failed 1"; }}'
+
+
+# $1 dir, $2 final, $3 part, $4 local size, $5 sidecar, $6 local sha256, $7 local mode. Exit
+# codes are ours (mapped in _Session.probe). The sidecar counts only while the final file is
+# not newer than it (find -newer: POSIX, unlike stat). The same image already there gets the
+# mode a fresh push gives it (an older push may have left it 0600).
 PROBE_SCRIPT = (
     'mkdir -p -- "$1" || exit 90; '
     '[ -d "$2" ] && exit 91; '
-    'if [ -f "$2" ]; then s=$(wc -c < "$2") || exit 92; echo "' + _TAG + ' final $s"; '
-    'if [ $s -eq "$4" ]; then h=$(sha256sum < "$2") || exit 92; echo "' + _TAG + ' sha256 ${h%% *}"; fi; fi; '
+    'if [ -f "$2" ]; then s=$(wc -c < "$2") || exit 92; echo "' + _TAG + ' final $s"; h=; '
+    'if [ $s -eq "$4" ]; then h=$(sha256sum < "$2") || exit 92; h=${h%% *}; echo "' + _TAG + ' sha256 $h"; fi; '
+    'if [ -f "$5" ] && [ -z "$(find "$2" -prune -newer "$5")" ]; then '
+    'printf "%s\\n" "' + _TAG + ' sidecar $(dd if="$5" bs=4096 count=1 2>/dev/null | head -n 1)"; fi; '
+    'if [ "$h" = "$6" ]; then ' + _chmod_sh("$7", "$2") + " 2>/dev/null; "
+    'else echo "' + _TAG + ' head"; '
+    'dd if="$2" bs=' + str(HEAD_BYTES) + ' count=1 2>/dev/null | od -An -v -tx1; echo "' + _TAG + ' end"; fi; '
+    "fi; "
     'if [ -f "$3" ]; then echo "' + _TAG + ' part $(wc -c < "$3")"; fi; '
     '[ -w "$1" ] || echo "' + _TAG + ' readonly 1"'
 )
-# $1 part, $2 final, $3 expected sha256.
+# $1 part, $2 final, $3 expected sha256, $4 local mode, $5 sidecar, $6 its temporary name, $7 its text.
 COMMIT_SCRIPT = (
     'h=$(sha256sum < "$1") || exit 94; h=${h%% *}; echo "' + _TAG + ' sha256 $h"; '
-    'if [ "$h" != "$3" ]; then rm -f -- "$1"; exit 95; fi; '
-    'mv -f -- "$1" "$2" || exit 96'
+    'if [ "$h" != "$3" ]; then rm -f -- "$1"; exit 95; fi; ' + _chmod_sh("$4", "$1") + " || exit 97; "
+    'mv -f -- "$1" "$2" || exit 96; ' + _sidecar_sh("$5", "$6", "$7")
 )
+# $1 sidecar, $2 its temporary name, $3 its text: for an image already in place without one.
+SIDECAR_SCRIPT = _sidecar_sh("$1", "$2", "$3")
+# $1 part: what a transfer that filled the disk left.
+DISCARD_SCRIPT = 'if [ -f "$1" ]; then echo "' + _TAG + ' part $(wc -c < "$1")"; rm -f -- "$1" || exit 98; fi'
 
 
 def push(
@@ -227,11 +490,14 @@ def push(
     *,
     ssh_options: Sequence[str] = (),
     say: Callable[[str], None] | None = None,
+    replace_other_image: bool = False,
 ) -> PushResult:
     """Make ``target`` (``[user@]host:/dir/name.sif`` or a local path) hold exactly ``image``.
 
     ``ssh_options`` are ssh's own (``-p 2222``, ``-i KEY``, ``-o Name=value``, ``-J jump``);
-    they are given to every ssh, rsync and scp this runs. Raises :class:`ShipError`.
+    they are given to every ssh, rsync and scp this runs. ``replace_other_image``: overwrite
+    a file there that holds another image (or one of unknown name) instead of raising
+    :class:`OtherImageThere`. Raises :class:`ShipError`.
     """
     image = Path(image).absolute()  # a path with ':' before any '/' would be a host to rsync
     t = parse_target(target)
@@ -240,26 +506,60 @@ def push(
     say = say or (lambda _: None)
     before = _stat_image(image)
     digest = local_sha256(image)
+    ours = identify(image)
     if t.host is None:
-        return _copy_here(image, t, target, digest, before.st_size, say)
+        result = _copy_here(image, t, target, digest, before, ours, replace_other_image, say)
+    else:
+        options = [*ssh_options, *DEFAULT_SSH_OPTIONS]
+        result = _push_remote(image, t, target, runner, options, digest, before, ours, replace_other_image, say)
+    record_push(image, target, digest, ours.name, say)
+    return result
 
-    s = _Session(image, t, target, runner, [*ssh_options, *DEFAULT_SSH_OPTIONS])
-    final_sha, part_size = s.probe(before.st_size)
-    if final_sha == digest:
+
+def _push_remote(image, t: Target, target, runner, ssh_options, digest, before, ours: Identity, replace: bool, say) -> PushResult:
+    s = _Session(image, t, target, runner, ssh_options)
+    mode = f"{before.st_mode & 0o777:o}"
+    found = s.probe(before.st_size, digest, mode)
+    if found.final_sha == digest:
         say(f"{t.show()} is already this image (sha256 {digest[:12]}); nothing to push")
+        there = sidecar_identity(found.sidecar, found.final_size, digest)
+        if not found.readonly and (there is None or there.name != ours.name):
+            s.write_sidecar(sidecar_text(ours, digest, before.st_size), say)
         return PushResult(target, t.host, t.path, digest, before.st_size, False, 0, "skip")
-    if s.readonly:
+    if found.final_size is not None:
+        guard(t.show(), found.identity(), image, ours, replace, say)
+    if found.readonly:
         s.fail(f"the remote directory {t.directory} is not writable", s.probed)
     rsync = runner.which("rsync")
     method: Literal["rsync", "scp"] = "rsync" if rsync else "scp"
-    resumed = f", resuming from {part_size:,} bytes already there" if part_size and method == "rsync" else ""
+    resumed = f", resuming from {found.part_size:,} bytes already there" if found.part_size and method == "rsync" else ""
     say(f"pushing {image} ({before.st_size:,} bytes) to {t.show()} with {method}{resumed}")
-    sent = s.rsync() if rsync else s.scp()
+    sent = s.rsync(before.st_size) if rsync else s.scp(before.st_size)
     after = image.stat()
     changed = (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns)
-    s.commit(digest, changed)
+    s.commit(digest, changed, mode, sidecar_text(ours, digest, before.st_size), say)
     say(f"{t.show()}: sha256 {digest[:12]} verified")
-    return PushResult(target, t.host, t.path, digest, before.st_size, True, sent, method, part_size if method == "rsync" else 0)
+    resumed_from = found.part_size if method == "rsync" else 0
+    return PushResult(target, t.host, t.path, digest, before.st_size, True, sent, method, resumed_from)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What the probe found at the target."""
+
+    final_size: int | None  # None: no file at the final path
+    final_sha: str | None  # when its size is the image's
+    part_size: int  # of a leftover .part, 0 if none
+    sidecar: str | None  # its text, when the final file is not newer
+    head: bytes | None  # the final file's first HEAD_BYTES, when it is not this image
+    readonly: bool
+
+    def identity(self) -> Identity:
+        there = sidecar_identity(self.sidecar, self.final_size, self.final_sha)
+        if there is None and self.head is not None:
+            head = self.head
+            there = sif_identity(lambda offset, size: head[offset : offset + size])
+        return there or Identity(None)
 
 
 class _Session:
@@ -273,10 +573,9 @@ class _Session:
         # every word quoted, because the remote shell parses it.
         return ["ssh", *self.ssh_options, "--", str(self.t.host), shlex.join(["sh", "-c", script, "sh", *args])]
 
-    def probe(self, size: int) -> tuple[str | None, int]:
-        """(sha256 of the file at the final path if its size is the image's, size of a leftover .part)."""
+    def probe(self, size: int, digest: str, mode: str) -> _Found:
         t = self.t
-        done = self.run(self.ssh_argv(PROBE_SCRIPT, t.directory, t.path, t.part, str(size)))
+        done = self.run(self.ssh_argv(PROBE_SCRIPT, t.directory, t.path, t.part, str(size), t.sidecar, digest, mode))
         reasons = {
             90: f"cannot create the remote directory {t.directory}",
             91: f"the remote path {t.path} is a directory",
@@ -288,10 +587,17 @@ class _Session:
             self.fail_ssh(done)
         tagged = _tagged(done.stdout)
         self.probed = done
-        self.readonly = "readonly" in tagged
-        return tagged.get("sha256"), int(tagged.get("part", "0") or 0)
+        final = tagged.get("final")
+        return _Found(
+            final_size=int(final) if final else None,
+            final_sha=tagged.get("sha256") or None,
+            part_size=int(tagged.get("part", "0") or 0),
+            sidecar=tagged.get("sidecar"),
+            head=_head(done.stdout),
+            readonly="readonly" in tagged,
+        )
 
-    def rsync(self) -> int:
+    def rsync(self, size: int) -> int:
         argv = [
             "rsync",
             "-s",  # the remote path goes over rsync's protocol, not through the remote shell
@@ -309,13 +615,16 @@ class _Session:
         done = self.run(argv)
         if done.returncode != 0:
             if done.returncode == 20 or done.returncode < 0:  # SIGINT/SIGTERM, or killed
-                self.fail("the transfer was interrupted", done, hints=["push again: it resumes from what arrived"])
+                hints = [f"the partial file {self.t.part} is kept for the next push to resume: push again"]
+                self.fail("the transfer was interrupted", done, hints=hints)
             if re.search(r"rsync: (command )?not found", done.stderr) or done.returncode == 127:
                 self.fail("rsync is not installed on the remote host", done)
+            if _DISK_FULL.search(done.stderr):
+                self.disk_full(done, size)
             self.fail_ssh(done, what="the transfer failed")
         return parse_rsync_stats(done.stdout)
 
-    def scp(self) -> int:
+    def scp(self, size: int) -> int:
         # Fallback when rsync is not installed here. Not resumable: scp rewrites the
         # temporary file from the start every time (it is still verified and renamed).
         # scp's legacy protocol passes the remote path through the remote shell, its SFTP
@@ -329,12 +638,45 @@ class _Session:
         argv = ["scp", "-q", *scp_options(self.ssh_options), "--", str(self.image), f"{self.t.rsync_host}:{self.t.part}"]
         done = self.run(argv)
         if done.returncode != 0:
+            if _DISK_FULL.search(done.stderr):
+                self.disk_full(done, size)
             self.fail_ssh(done, what="the transfer failed")
         return self.image.stat().st_size
 
-    def commit(self, digest: str, image_changed: bool) -> None:
+    def disk_full(self, done: Completed, size: int) -> NoReturn:
+        """The transfer filled the remote disk (or quota): remove the partial file, and say so with its size.
+
+        Removed, unlike after an interruption, where it is kept for the next push to resume:
+        the destination is the folder every job of the project reads its image from, most
+        often on the project's shared disk, and a hidden partial image of hundreds of MB keeps
+        that disk full for every job writing checkpoints and logs there until someone finds
+        it. Sending its bytes again costs a minute; a job that fails for space loses its
+        allocation. And while the disk stays full, a resume would stop at the same place.
+        """
         t = self.t
-        done = self.run(self.ssh_argv(COMMIT_SCRIPT, t.part, t.path, digest))
+        quota = "quota" in done.stderr or "(122)" in done.stderr
+        why = f"the disk quota for {t.directory} is exceeded" if quota else f"no space left on the device of {t.directory}"
+        try:
+            gone = self.run(self.ssh_argv(DISCARD_SCRIPT, t.part))
+        except ShipError:
+            gone = None
+        if gone is not None and gone.returncode == 0:
+            left = _tagged(gone.stdout).get("part")
+            partial = f"the partial file {t.part} ({int(left):,} bytes) was removed" if left else f"no partial file was left at {t.part}"
+        else:
+            partial = f"the partial file {t.part} could not be removed; remove it by hand: ssh {t.host} rm -f {shlex.quote(t.part)}"
+        hints = [f"make room for the image's {size:,} bytes there (the old image stays until the new one replaces it), then push again"]
+        self.fail(f"{why}: {partial}", done, hints=hints)
+
+    def write_sidecar(self, text: str, say: Callable[[str], None]) -> None:
+        t = self.t
+        done = self.run(self.ssh_argv(SIDECAR_SCRIPT, t.sidecar, t.sidecar_tmp, text))
+        if done.returncode != 0 or "sidecar-failed" in _tagged(done.stdout):
+            say(f"note: could not write {t.sidecar}; the next push over this image reads its own label instead")
+
+    def commit(self, digest: str, image_changed: bool, mode: str, sidecar: str, say: Callable[[str], None]) -> None:
+        t = self.t
+        done = self.run(self.ssh_argv(COMMIT_SCRIPT, t.part, t.path, digest, mode, t.sidecar, t.sidecar_tmp, sidecar))
         if done.returncode == 95:
             remote = _tagged(done.stdout).get("sha256", "?")
             why = (
@@ -351,8 +693,12 @@ class _Session:
             self.fail(f"cannot hash the transferred file {t.part} (is sha256sum installed there?)", done)
         if done.returncode == 96:
             self.fail(f"cannot move the verified image into place at {t.path}", done)
+        if done.returncode == 97:
+            self.fail(f"cannot set the mode of the transferred file {t.part}", done)
         if done.returncode != 0:
             self.fail_ssh(done)
+        if "sidecar-failed" in _tagged(done.stdout):
+            say(f"note: could not write {t.sidecar}; the next push over this image reads its own label instead")
 
     def run(self, argv: list[str]) -> Completed:
         try:
@@ -390,6 +736,16 @@ def _tagged(stdout: str) -> dict[str, str]:
             key, _, value = line[len(_TAG) :].strip().partition(" ")
             out[key] = value.strip()
     return out
+
+
+def _head(stdout: str) -> bytes | None:
+    """The bytes the probe printed with od between its ``head`` and ``end`` lines."""
+    lines = stdout.splitlines()
+    try:
+        start, end = lines.index(f"{_TAG} head"), lines.index(f"{_TAG} end")
+        return bytes.fromhex("".join(lines[start + 1 : end]))
+    except ValueError:
+        return None
 
 
 def parse_rsync_stats(stdout: str) -> int:
@@ -437,25 +793,40 @@ def scp_options(ssh_options: Sequence[str]) -> list[str]:
 # --- a copy on this machine ---------------------------------------------------------------
 
 
-def _copy_here(image: Path, t: Target, target: str, digest: str, size: int, say: Callable[[str], None]) -> PushResult:
-    dest = Path(t.path)
-    part = Path(t.part)
+def _copy_here(
+    image: Path, t: Target, target: str, digest: str, st: os.stat_result, ours: Identity, replace: bool, say: Callable[[str], None]
+) -> PushResult:
+    dest, part, sidecar = Path(t.path), Path(t.part), Path(t.sidecar)
+    size, mode = st.st_size, _mode_for(st.st_mode)
 
     def fail(why: str, exc: OSError) -> ShipError:
         return ShipError(f"copy of {image} to {dest} failed: {why}: {exc.strerror or exc}", hints=[f"nothing was installed at {dest}"])
 
     try:
-        if dest.is_file() and dest.stat().st_size == size and sha256_file(dest) == digest:
-            say(f"{dest} is already this image (sha256 {digest[:12]}); nothing to copy")
-            return PushResult(target, None, str(dest), digest, size, False, 0, "skip")
+        if dest.is_file():
+            there_size = dest.stat().st_size
+            there_sha = sha256_file(dest) if there_size == size else None
+            if there_sha == digest:
+                say(f"{dest} is already this image (sha256 {digest[:12]}); nothing to copy")
+                _heal_here(dest, mode, sidecar, ours, digest, size)
+                return PushResult(target, None, str(dest), digest, size, False, 0, "skip")
+            guard(str(dest), _identity_here(dest, sidecar, there_size, there_sha), image, ours, replace, say)
     except OSError as exc:
         raise fail(f"cannot read {dest}", exc) from exc
     say(f"copying {image} ({size:,} bytes) to {dest}")
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(image, part)
+        os.chmod(part, mode)  # copyfile keeps the mode of a leftover part
         got = sha256_file(part)
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # removed, as a remote one (see _Session.disk_full)
+            left = part.stat().st_size if part.exists() else 0
+            _unlink(part)
+            raise ShipError(
+                f"copy of {image} to {dest} failed: {exc.strerror}: the partial file {part} ({left:,} bytes) was removed",
+                hints=[f"make room for the image's {size:,} bytes there, then copy again", f"nothing was installed at {dest}"],
+            ) from exc
         _unlink(part)
         raise fail(f"cannot write {part}", exc) from exc
     if got != digest:
@@ -470,7 +841,45 @@ def _copy_here(image: Path, t: Target, target: str, digest: str, size: int, say:
     except OSError as exc:
         _unlink(part)
         raise fail(f"cannot move the copy into place at {dest}", exc) from exc
+    _write_sidecar_here(sidecar, sidecar_text(ours, digest, size), say)
     return PushResult(target, None, str(dest), digest, size, True, size, "copy")
+
+
+def _identity_here(dest: Path, sidecar: Path, size: int, sha: str | None) -> Identity:
+    """What ``dest`` holds, as the remote probe reads it (the sidecar while ``dest`` is not newer, else its labels)."""
+    there = None
+    try:
+        if dest.stat().st_mtime_ns <= sidecar.stat().st_mtime_ns:
+            there = sidecar_identity(sidecar.read_text(errors="replace"), size, sha)
+    except OSError:
+        pass
+    if there is None:
+        with open(dest, "rb") as f:
+
+            def read(offset: int, n: int) -> bytes:
+                f.seek(offset)
+                return f.read(n)
+
+            there = sif_identity(read)
+    return there or Identity(None)
+
+
+def _heal_here(dest: Path, mode: int, sidecar: Path, ours: Identity, digest: str, size: int) -> None:
+    """The image is already at ``dest``: give it the mode a copy gives, and a sidecar if it has none (best effort)."""
+    try:
+        os.chmod(dest, mode)
+    except OSError:
+        pass  # another user's file
+    there = _identity_here(dest, sidecar, size, digest)
+    if there.name != ours.name or not sidecar.is_file():
+        _write_sidecar_here(sidecar, sidecar_text(ours, digest, size), lambda _: None)
+
+
+def _write_sidecar_here(sidecar: Path, text: str, say: Callable[[str], None]) -> None:
+    try:
+        files.atomic_write(sidecar, text + "\n", mode=0o666 & ~_umask())
+    except OSError as exc:
+        say(f"note: could not write {sidecar}: {exc.strerror or exc}; the next copy over this image reads its own label instead")
 
 
 def _unlink(path: Path) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.analysis import energy
 from orchestrator.config import profile
 from orchestrator.errors import ConfigError, JobFailed, PipelineError, PlanError
 from orchestrator.jobs import backends, experiment, faults, ledger, provenance, together
@@ -188,7 +189,11 @@ def run_item(
     if metrics:
         with book.locked(ctx.item) as records:
             outcome.record = records.update(record.job_id, metrics=metrics)  # `status` reads MFU there
-    provenance.write_beside(ctx.root, metrics, provenance.of(record, book.records(ctx.item)))
+    if metrics:
+        # The job's own cluster's accounting, kept with the results (a report from another cluster
+        # or revision cannot ask it). slurmdbd may lag a job that just ended: then nothing is kept.
+        acct = energy.query_accounting(runner, [record.job_id]) if isinstance(backend, backends.SbatchBackend) else None
+        provenance.write_beside(ctx.root, metrics, provenance.of(record, book.records(ctx.item), acct))
     return outcome
 
 

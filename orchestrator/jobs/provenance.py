@@ -1,9 +1,10 @@
 """Provenance: how a result was produced, precisely enough to produce it again.
 
 Taken when a job is submitted (code version, profile and script by hash, the
-container image) and completed when it ends (job ids, nodes, requeues). It lives
-in the ledger record and, once the job succeeded, in ``provenance.json`` beside
-each of the stage's metrics files, where it travels with the results.
+container image by path and by its file's sha256) and completed when it ends (job
+ids, nodes, requeues). It lives in the ledger record and, once the job succeeded,
+in ``provenance.json`` beside each of the stage's metrics files, where it travels
+with the results.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchestrator.analysis import energy
 from orchestrator.config.profile import LoadedProfile
 from orchestrator.jobs import ledger
 from orchestrator.pipeline import stages
+from orchestrator.scripts import cluster_checks
 from orchestrator.util import files, git
 from orchestrator.util.runner import Runner
 
 FILE = stages.PROVENANCE_FILE
 _PARTITION = re.compile(r"^#SBATCH --partition=(\S+)", re.M)
+_ACCOUNT = re.compile(r"^#SBATCH --account=(\S+)", re.M)
 
 
 def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str, image_file: str | None = None) -> dict:
@@ -36,11 +40,37 @@ def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str
     }
     image = image_file or loaded.profile.container.image
     if image and loaded.profile.container.runtime:
-        prov["image"] = image  # its content is pinned by containers/<name>.digest where the stage depends on it
+        prov["image"] = image  # what went into it is pinned by containers/<name>.digest where the stage depends on it
+        sha = image_sha256(root, image, script)
+        if sha:
+            prov["image_sha256"] = sha  # the exact file: the code is the commit's, the rest is this image
     code = git.state(root, runner, untracked=False)
     if code is not None:
         prov["git_commit"], prov["git_dirty"] = code.commit, code.dirty
     return prov
+
+
+def image_sha256(root: Path, image: str, script: str) -> str | None:
+    """The sha256 of the image file a job runs in, as it is when the job is submitted; None where
+    it cannot be read from here (a reference only the job knows, a file on another machine).
+
+    ``image`` as params or the profile write it (:func:`cluster_checks.image_location`, with the
+    script's account). Hashed once per file content (:func:`orchestrator.util.files.cached_sha256`:
+    the build, a push or an earlier submission leave it beside the image), so a matrix costs one
+    stat a job.
+    """
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name known here
+        user = os.environ.get("USER", "")
+    account = _ACCOUNT.search(script)
+    path = cluster_checks.image_location(image, root, user, account.group(1).strip("'\"") if account else None)
+    try:
+        return files.cached_sha256(path) if path is not None and path.is_file() else None
+    except OSError:
+        return None
 
 
 def of_script(script: str) -> dict:
@@ -57,9 +87,11 @@ def script_hash(script: str) -> str:
     return hashlib.sha256(script.encode()).hexdigest()
 
 
-def of(record: ledger.Record, history: Sequence[ledger.Record]) -> dict:
-    """The full provenance of a finished job: its submission's, plus how it ran."""
+def of(record: ledger.Record, history: Sequence[ledger.Record], accounting: energy.Accounting | None = None) -> dict:
+    """The full provenance of a finished job: its submission's, plus how it ran, and what the
+    cluster's accounting says of it (every run's time and energy) where it was asked."""
     attempts = [r.job_id for r in history if r.fingerprint == record.fingerprint]
+    kept = energy.to_record(accounting, record.job_id) if accounting is not None else None
     return {
         "item": record.item,
         **record.provenance,
@@ -76,6 +108,7 @@ def of(record: ledger.Record, history: Sequence[ledger.Record]) -> dict:
         "log": record.log,
         "fingerprint": record.fingerprint,
         "rerun": f"git checkout {record.provenance.get('git_commit', '<commit>')} && dvc repro {record.item}",
+        **({"accounting": kept} if kept else {}),
     }
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.analysis import energy
 from orchestrator.errors import OrchestratorError, PipelineError
 from orchestrator.jobs import backends, ledger, provenance
 from orchestrator.pipeline import fingerprint, stages
@@ -69,6 +70,10 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                 else:
                     latest[stage.addressing] = (stage, rec)
             infos = backend.query([rec.job_id for _, rec in latest.values()])
+            # Their cluster's accounting (every run's time and energy), kept in the provenance of
+            # those that write metrics: one more sacct for all of them.
+            kept = [r.job_id for st, r in latest.values() if any(o.metric for o in st.outs) and _completed(infos.get(r.job_id))]
+            acct = energy.query_accounting(runner, kept) if kept else None
             to_dump: dict[object, list] = {}
             for name, (stage, rec) in latest.items():
                 info = infos.get(rec.job_id)
@@ -88,7 +93,7 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                 if metrics:  # as a foreground run writes it: before DVC hashes the outputs (it may be one)
                     history = book.records(name)
                     done_rec = next((r for r in reversed(history) if r.job_id == rec.job_id), rec)  # with the state just recorded
-                    provenance.write_beside(root, metrics, provenance.of(done_rec, history))
+                    provenance.write_beside(root, metrics, provenance.of(done_rec, history, acct))
                 stage.save()
                 stage.commit()
                 to_dump.setdefault(stage.dvcfile, []).append(stage)
@@ -98,6 +103,10 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
     except DvcException as exc:
         raise PipelineError("DVC cannot record the finished items", stages.dvc_problems(exc)) from exc
     return found
+
+
+def _completed(info) -> bool:
+    return info is not None and info.state == State.COMPLETED
 
 
 def _chosen(repo, ws: Workspace, targets: Sequence[str]) -> list:

@@ -167,8 +167,12 @@ def submit_array(tasks: list[Task], array: arrays.Array, backend: backends.Sbatc
         if member_ws.root not in bases:
             bases[member_ws.root] = provenance.at_submission(member_ws.root, runner, member_ws.profile, "")
         prov = {**bases[member_ws.root], **provenance.of_script(task.sub.text), "array": array_id}
-        if image := _image_file(task.sub):
+        image = _image_file(task.sub) or prov.get("image")
+        if image:  # each task's own: the base was taken without a script (no account to fill in)
             prov["image"] = image
+            prov.pop("image_sha256", None)
+            if sha := provenance.image_sha256(member_ws.root, image, task.sub.text):
+                prov["image_sha256"] = sha
         log = array.log_of(array_id, index, task.sub.plan.workspace)
         record = _record(task.sub, backend, task.sub.fingerprint, f"{array_id}_{index}", log, now, prov)
         record = dataclasses.replace(record, script=arrays.frozen_path(task.sub.text))

@@ -20,6 +20,7 @@ The plan is pure, so it cannot look at files; these two checks do, after plannin
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,8 +28,8 @@ from pathlib import Path
 
 from orchestrator.config.profile import LoadedProfile, Profile
 from orchestrator.scripts.plan import Plan
-from orchestrator.util.patterns import RUNTIME_REF
 from orchestrator.slurm import config as slurm_config
+from orchestrator.util.patterns import RUNTIME_REF
 from orchestrator.util.runner import Runner
 
 _SHOWN = 3  # items named per message, then "(+N more)"
@@ -69,15 +70,26 @@ def image_files(plans: Sequence[Plan], p: Profile, runner: Runner) -> tuple[list
     return problems, []
 
 
+def image_location(path: str, workspace: Path | str, user: str, account: str | None) -> Path | None:
+    """Where an image path of a profile or params points from here: ``${USER}``,
+    ``${SLURM_JOB_ACCOUNT}`` and this environment's variables filled in (a login node's
+    ``${SCRATCH}`` is the job's), relative to the workspace; None when it names a variable only
+    the job has."""
+    known = {**os.environ, "USER": user, **({"SLURM_JOB_ACCOUNT": account} if account else {})}
+    if any(name not in known for name in RUNTIME_REF.findall(path)):
+        return None
+    filled = Path(RUNTIME_REF.sub(lambda m: known[m.group(1)], path))
+    return filled if filled.is_absolute() else Path(workspace) / filled
+
+
 def missing_image(plan: Plan, user: str) -> str | None:
     """Why ``plan``'s job would fail to start for want of its image, checked where jobs are
     submitted from (a login node sees the cluster's file systems); None when the image is there
     or its path holds a reference only the job can expand."""
     if plan.container is None or not plan.container.path:
         return None
-    known = {"USER": user, **({"SLURM_JOB_ACCOUNT": plan.account} if plan.account else {})}
-    path = RUNTIME_REF.sub(lambda m: known.get(m.group(1), m.group(0)), plan.container.path)
-    if "$" in path or Path(path).is_file():
+    path = image_location(plan.container.path, plan.workspace, user, plan.account)
+    if path is None or path.is_file():
         return None
     return (
         f"the container image {path} does not exist: every task would fail to start "

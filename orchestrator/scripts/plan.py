@@ -358,7 +358,8 @@ def _image_problems(p: Profile, job: JobSpec, settings: Settings) -> list[str]:
         return [
             f"profile {p.name} runs every task in a container ({p.container.image}), but params.yaml's "
             f"orchestrator.image is {NO_IMAGE!r}: name the containers/images.yaml entry built for it, so that "
-            "its digest (containers/<image>.digest, a dependency of the stage) makes the stage stale when the image changes, "
+            "its digest (containers/<image>.digest, the image's content hash and a dependency of the stage) makes the stage stale when "
+            "what goes into the image changes, "
             "or your own image file (a path ending .sif)"
         ]
     return []
@@ -512,6 +513,11 @@ def _container(p: Profile, job: JobSpec, workspace: str, run_dir: Shell, problem
             problems.append(f"cannot bind {path!r} into the container: apptainer bind paths may not contain ',' or ':'")
     flags += [Shell(f"--bind {b}") for b in binds]
     flags.append(Shell(f"--pwd {run_dir}"))
+    # The job's code is the run dir's (the workspace or its staged copy), never a copy in the
+    # image: first on PYTHONPATH, so `python experiments/x.py` imports it too. The runtime
+    # expands ${PYTHONPATH} inside the container, to the image's own entries, kept after it
+    # (none: no trailing ':', which would add the working directory); the host's does not get in.
+    flags.append(Shell(f"--env PYTHONPATH={run_dir}" + "'${PYTHONPATH:+:$PYTHONPATH}'"))
     setup = "; ".join((*c.setup, 'exec "$@"')) if c.setup else ""
     image = quote(file) if file is not None else quote_runtime(c.image or "")
     return ContainerExec(runtime=c.runtime or "", flags=tuple(flags), image=image, setup=setup, file=file, path=file or c.image or "")

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,54 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# An image's sha256 (a file of gigabytes: seconds to hash), remembered while the file
+# stays the same by size, mtime and inode, as make and DVC decide it: in this process,
+# and beside the file for the next one (a push, a job's provenance, the next build).
+_SHA256_MEMO: dict[tuple[str, int, int, int], str] = {}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def sha256_cache_path(path: Path) -> Path:
+    """Where :func:`cached_sha256` remembers ``path``'s sha256: ``.NAME.sha256`` beside it."""
+    return path.with_name(f".{path.name}.sha256")
+
+
+def cached_sha256(path: Path) -> str:
+    """The hex sha256 of ``path``, hashed only when its size, mtime or inode changed since it
+    was last hashed here or by another process. Raises OSError when it cannot be read."""
+    path = Path(path).absolute()
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key in _SHA256_MEMO:
+        return _SHA256_MEMO[key]
+    stamp = f"{st.st_size} {st.st_mtime_ns} {st.st_ino}"
+    try:
+        digest, cached = sha256_cache_path(path).read_text().split(" ", 1)
+        if cached.strip() == stamp and _HEX64.fullmatch(digest):
+            _SHA256_MEMO[key] = digest
+            return digest
+    except (OSError, ValueError):
+        pass
+    digest = sha256_file(path)
+    after = path.stat()
+    if (after.st_size, after.st_mtime_ns, after.st_ino) == key[1:]:  # not being written meanwhile
+        remember_sha256(path, digest, st)
+    return digest
+
+
+def remember_sha256(path: Path, digest: str, st: os.stat_result | None = None) -> None:
+    """Record ``digest`` as the sha256 of ``path`` as it is now (or as ``st`` found it), for
+    :func:`cached_sha256`: a writer that hashed the file already (the image build) saves the next
+    reader the hash. An unwritable folder only loses the cache beside the file."""
+    path = Path(path).absolute()
+    st = st or path.stat()
+    _SHA256_MEMO[(str(path), st.st_size, st.st_mtime_ns, st.st_ino)] = digest
+    try:
+        atomic_write(sha256_cache_path(path), f"{digest} {st.st_size} {st.st_mtime_ns} {st.st_ino}\n")
+    except OSError:
+        pass
 
 
 @contextlib.contextmanager

@@ -80,6 +80,7 @@ orch_task() {
     --bind /data/sets \
     --bind "$ORCH_WORKDIR" \
     --pwd "$ORCH_STAGE" \
+    --env PYTHONPATH="$ORCH_STAGE"'${PYTHONPATH:+:$PYTHONPATH}' \
     "/lustre/orion/${SLURM_JOB_ACCOUNT}/proj-shared/containers/orchestrator.sif" \
     python -m experiments.classify --devices 8 --num-nodes 2 --output 'results/a b'
 }

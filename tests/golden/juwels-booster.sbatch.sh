@@ -64,6 +64,7 @@ orch_task() {
     --bind /data/sets \
     --bind "$ORCH_WORKDIR" \
     --pwd "$ORCH_STAGE" \
+    --env PYTHONPATH="$ORCH_STAGE"'${PYTHONPATH:+:$PYTHONPATH}' \
     "/p/project/${SLURM_JOB_ACCOUNT}/containers/orchestrator.sif" \
     python -m experiments.classify --devices 4 --num-nodes 2 --output 'results/a b'
 }

@@ -75,6 +75,7 @@ orch_task() {
     --bind /work/project \
     --bind "$ORCH_WORKDIR" \
     --pwd "$ORCH_STAGE" \
+    --env PYTHONPATH="$ORCH_STAGE"'${PYTHONPATH:+:$PYTHONPATH}' \
     "/project/${SLURM_JOB_ACCOUNT}/containers/orchestrator.sif" \
     bash -c '$WITH_CONDA; exec "$@"' orch-task \
     python -m experiments.lm.prepare --shard 3 --output 'data/tokens/shard 3'

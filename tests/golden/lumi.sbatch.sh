@@ -77,6 +77,7 @@ orch_task() {
     --bind /data/sets \
     --bind "$ORCH_WORKDIR" \
     --pwd "$ORCH_STAGE" \
+    --env PYTHONPATH="$ORCH_STAGE"'${PYTHONPATH:+:$PYTHONPATH}' \
     "/project/${SLURM_JOB_ACCOUNT}/containers/orchestrator.sif" \
     bash -c '$WITH_CONDA; exec "$@"' orch-task \
     python -m experiments.classify --devices 8 --num-nodes 2 --output 'results/a b'

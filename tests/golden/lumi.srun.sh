@@ -64,6 +64,7 @@ orch_task() {
     --bind /data/sets \
     --bind "$ORCH_WORKDIR" \
     --pwd /work/project \
+    --env PYTHONPATH=/work/project'${PYTHONPATH:+:$PYTHONPATH}' \
     "/project/${SLURM_JOB_ACCOUNT}/containers/orchestrator.sif" \
     bash -c '$WITH_CONDA; exec "$@"' orch-task \
     python -m experiments.classify --devices 8 --num-nodes 2 --output 'results/a b'

@@ -3,46 +3,82 @@
 
 The CI image is built once per machine and content hash into a persistent cache
 (``/var/cache/orchestrator-images``, or $ORCHESTRATOR_IMAGE_CACHE; the ``ci_image`` fixture):
-a second test run finds it up to date instead of rebuilding (a source change does rebuild
-it: the source is in the image). "Changes rebuild" is shown on the tiny image, which builds
-in well under a second.
+a second test run finds it up to date instead of rebuilding. It holds the dependencies, not
+the project's code: a job runs the code of its workspace, bound into the container and first
+on PYTHONPATH. "Changes rebuild" is shown on the tiny image, which builds in well under a
+second; one identity per content in test_image_identity.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 from support import ROOT, container_cli, make_tiny
 
 from orchestrator.containers import build
 
+PROBE = """\
+import json, os, sys
+import torch, pytorch_lightning, experiments
+from experiments.common import requeue
+json.dump({"torch": torch.__version__, "experiments": experiments.__file__, "marker": getattr(experiments, "MARKER", None),
+           "requeue": requeue.__file__, "pythonpath": os.environ.get("PYTHONPATH"), "cwd": os.getcwd()}, open(sys.argv[1], "w"))
+"""
+
+
+def local_container_plan(tmp_path: Path, image: Path, workspace: Path, command: tuple[str, ...]):
+    """The plan of a job on this machine (the local profile) with every task in ``image``."""
+    from orchestrator.config import params, selection
+    from orchestrator.pipeline.runargs import JobSpec
+    from orchestrator.scripts.plan import make_plan
+
+    profile = yaml.safe_load(selection.load_profile("local").text)
+    profile["container"] = {"runtime": "apptainer", "image": str(image)}
+    path = tmp_path / "local-apptainer.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    loaded = selection.load_profile(str(path))
+    return make_plan(JobSpec(command=command, gpus_per_node=1), "probe", "", loaded, params.Settings(image="ci"), str(workspace), "local")
+
 
 @pytest.mark.apptainer
 @pytest.mark.slow
-def test_ci_image_runs_the_training_stack(apptainer, ci_image):
-    proc = subprocess.run(
-        [
-            apptainer,
-            "exec",
-            str(ci_image),
-            "python",
-            "-c",
-            "import torch, pytorch_lightning, orchestrator, experiments; print(torch.__version__, experiments.__file__)",
-        ],
-        cwd="/",  # not the workspace: the image's own copy of the project must import
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
+def test_ci_image_runs_the_training_stack(apptainer, ci_image, tmp_path):
+    """The image brings torch and Lightning; the code is the job's workspace's, bound into the
+    container and first on PYTHONPATH: `python experiments/x.py` imports the package from there."""
+    from orchestrator.scripts import render
+
+    workspace = tmp_path / "work space"
+    shutil.copytree(ROOT / "experiments", workspace / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    init = workspace / "experiments" / "__init__.py"
+    init.write_text(init.read_text() + '\nMARKER = "the workspace\'s own copy"\n')  # a change no image has seen
+    (workspace / "experiments" / "probe.py").write_text(PROBE)
+    plan = local_container_plan(tmp_path, ci_image, workspace, ("python", "experiments/probe.py", "out.json"))
+    assert not plan.problems, plan.problems
+    script = tmp_path / "probe.sh"
+    script.write_text(render.render(plan))
+    env = {**os.environ, "PYTHONPATH": "/leaked/host/path"}  # the login node's PYTHONPATH must not reach the job
+    done = subprocess.run(["bash", str(script)], cwd=workspace, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = json.loads((workspace / "out.json").read_text())
+    assert seen["torch"].startswith("2.13.0") and seen["marker"] == "the workspace's own copy"
+    assert seen["experiments"] == str(workspace / "experiments" / "__init__.py") and seen["requeue"].startswith(str(workspace))
+    assert seen["pythonpath"] == str(workspace) and seen["cwd"] == str(workspace)  # the image sets none: no trailing ':'
+
+    # The image itself holds no project code: outside a workspace nothing of it imports.
+    bare = subprocess.run(
+        [apptainer, "exec", str(ci_image), "python", "-c", "import experiments"], cwd="/", capture_output=True, text=True, timeout=300
     )
-    assert proc.returncode == 0, proc.stderr
-    version, where = proc.stdout.split()
-    assert version.startswith("2.13.0") and where.startswith("/opt/venv/")
+    assert bare.returncode != 0 and "No module named 'experiments'" in bare.stderr
     labels = subprocess.run([apptainer, "inspect", "--labels", str(ci_image)], capture_output=True, text=True, check=True).stdout
     stamp = json.loads(build.stamp_path(ci_image).read_text())
     assert f"org.orchestrator.content-hash: {stamp['content_hash']}" in labels
+    assert ci_image.with_suffix(".digest").read_text() == stamp["content_hash"] + "\n"
 
 
 @pytest.mark.apptainer
@@ -71,7 +107,7 @@ def test_changes_rebuild_a_real_image(apptainer, tmp_path):
     stamp = json.loads(build.stamp_path(image).read_text())
     assert "org.test.flavour: spicy" in labels and f"org.orchestrator.content-hash: {stamp['content_hash']}" in labels
     assert (project / "containers" / "tiny.digest").read_text() != first
-    assert (project / "containers" / "tiny.digest").read_text() == stamp["digest"] + "\n"
+    assert (project / "containers" / "tiny.digest").read_text() == stamp["content_hash"] + "\n"
 
     (project / "pkg" / "mod.py").write_text("x = 42\n")
     changed, _ = container_cli("build", "tiny", cwd=project, timeout=300)
@@ -92,7 +128,7 @@ def test_changes_rebuild_a_real_image(apptainer, tmp_path):
     (project / "pkg" / "mod.py").write_text("x = 43\n")
     assert "tiny: built" in container_cli("build", "tiny", cwd=project, timeout=300)[0].stdout
     again, _ = container_cli("build", "derived", cwd=project, timeout=300)
-    assert "derived: built" in again.stdout and f"changed: base:{image}" in again.stderr
+    assert "derived: built" in again.stdout and "changed: the base image" in again.stderr
 
 
 @pytest.mark.apptainer
@@ -110,23 +146,46 @@ def test_a_failing_real_build_leaves_nothing_half_written(apptainer, tmp_path):
 @pytest.mark.apptainer
 @pytest.mark.ssh
 def test_build_push_to_the_profiles_image_path_then_nothing_to_send(apptainer, sshd, tmp_path):
-    """`container build --push`: the image lands where the profile says jobs find it;
-    a second push sends nothing."""
+    """`container build --push` without NAME: the image params.yaml names lands where the profile
+    says jobs find it, readable as the local file is; a second push sends nothing; a file there
+    holding another image (named by its own SIF label) is replaced only with --replace-other-image."""
+    import shutil
+    import stat
+
     import yaml
 
     project = make_tiny(tmp_path / "proj")
+    images_yaml = project / "containers" / "images.yaml"
+    images_yaml.write_text(images_yaml.read_text() + "other:\n  definition: tiny.def.j2\n  source: [pkg, pyproject.toml]\n")
     remote = tmp_path / "cluster project's dir"
     profile = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
     profile["container"] = {"runtime": "apptainer", "image": f"{remote}/${{SLURM_JOB_ACCOUNT}}/tiny.sif", "push_host": sshd.host}
     (project / "cluster.yaml").write_text(yaml.safe_dump(profile))
-    (project / "params.yaml").write_text("orchestrator: {cluster: cluster.yaml, account: project_465000858}\n")
+    (project / "params.yaml").write_text("orchestrator: {cluster: cluster.yaml, account: project_465000858, image: tiny}\n")
     ssh = [f"--ssh-option={o}" for o in sshd.options]
-    first, _ = container_cli("build", "tiny", "--push", *ssh, cwd=project, timeout=300)
+    first, _ = container_cli("build", "--push", *ssh, cwd=project, timeout=300)
     assert first.returncode == 0, first.stdout + first.stderr
-    pushed = remote / "project_465000858" / "tiny.sif"
-    assert "bytes sent" in first.stdout and pushed.read_bytes() == (project / build.IMAGES_DIR / "tiny.sif").read_bytes()
+    pushed, local = remote / "project_465000858" / "tiny.sif", project / build.IMAGES_DIR / "tiny.sif"
+    assert "tiny: pushed to" in first.stdout and "bytes sent" in first.stdout and pushed.read_bytes() == local.read_bytes()
+    assert stat.S_IMODE(pushed.stat().st_mode) & stat.S_IRGRP
+    assert json.loads(pushed.with_name("tiny.sif.orchestrator.json").read_text())["name"] == "tiny"
+    record = json.loads(local.with_name("tiny.sif.pushes.json").read_text())
+    assert record[f"{sshd.host}:{pushed}"]["name"] == "tiny"
     again, _ = container_cli("build", "tiny", "--push", *ssh, cwd=project)
     assert again.returncode == 0 and "tiny: up to date" in again.stdout and "already there, nothing sent" in again.stdout
+
+    built, _ = container_cli("build", "other", cwd=project, timeout=300)
+    assert built.returncode == 0, built.stderr
+    shutil.copyfile(project / build.IMAGES_DIR / "other.sif", pushed)  # put there by hand: no sidecar, only its label
+    pushed.with_name("tiny.sif.orchestrator.json").unlink()
+    refused, _ = container_cli("build", "--push", *ssh, cwd=project)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"error: {sshd.host}:{pushed} holds image 'other' (built " in refused.stderr
+    assert "you gave 'tiny'; pass --replace-other-image to overwrite" in refused.stderr and "Traceback" not in refused.stderr
+    assert pushed.read_bytes() == (project / build.IMAGES_DIR / "other.sif").read_bytes()
+    replaced, _ = container_cli("build", "--push", "--replace-other-image", *ssh, cwd=project)
+    assert replaced.returncode == 0 and "replacing it (--replace-other-image)" in replaced.stderr, replaced.stderr
+    assert pushed.read_bytes() == local.read_bytes()
     (project / "cluster.yaml").write_text(yaml.safe_dump({**profile, "container": {**profile["container"], "push_host": "root@127.0.0.1"}}))
     unreachable, _ = container_cli(
         "build",

@@ -1,6 +1,7 @@
 """Jobs inside the image on the real testbed: every task in `apptainer exec`, with
 container variables leaked into the launching environment, Slurm's rank variables
-reaching Lightning."""
+reaching Lightning, and the job's code (the image holds none) imported from its staged
+copy of the workspace, first on PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ os.makedirs(out, exist_ok=True)
 mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
 keys = (
     "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_JOB_ID",
-    "APPTAINER_CONTAINER", "APPTAINER_BIND", "SINGULARITY_BIND",
+    "APPTAINER_CONTAINER", "APPTAINER_BIND", "SINGULARITY_BIND", "PYTHONPATH",
 )
 record = {k: os.environ.get(k) for k in keys}
 record["mounts"] = mounts
@@ -105,6 +106,7 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
             assert set(r[name].split(",")) == {workspace, staged}, r[name]
         # Staging: the task ran from the copy on fast storage, and its outputs came back.
         assert r["cwd"] == f"{staged}/work", r["cwd"]
+        assert r["PYTHONPATH"] == f"{staged}/work", r["PYTHONPATH"]  # the copy's code first; the host's PYTHONPATH kept out
     assert Path(staged).parent.is_dir() and not Path(staged).exists()  # scratch cleaned up after success
 
     metrics = json.loads((project / "results/benchmark/pydoc-topics/tiny/2x2/metrics.json").read_text())
@@ -117,7 +119,7 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
 
     # The image digest is a dependency of the stages: a new image makes them stale.
     assert dvc(project, "status", "benchmark", "probe", "--json").stdout.strip() == "{}"
-    (project / "containers/ci.digest").write_text("sha256:" + "0" * 64 + "\n")  # what a rebuild writes
+    (project / "containers/ci.digest").write_text("content-sha256:" + "0" * 64 + "\n")  # what a build of other inputs writes
     stale = json.loads(dvc(project, "status", "benchmark", "probe", "--json").stdout)
     assert set(stale) == {"benchmark@pydoc-topics-tiny-device_cfg0", "probe"}, stale
     assert all({"changed deps": {"containers/ci.digest": "modified"}} in v for v in stale.values()), stale

@@ -36,6 +36,12 @@ def test_the_shipped_matrix_on_local_and_on_the_testbed_in_one_report(slurm_test
 
     exp_run(project, "on-local")
     exp_run(project, "on-testbed", "orchestrator.cluster=testbed")
+    # What the testbed's accounting said of each job travels in its provenance (a report from
+    # elsewhere cannot ask this cluster's sacct): every run, ended, with its elapsed time.
+    for prov in (project / "results/benchmark").rglob("provenance.json"):
+        kept = json.loads(prov.read_text())["accounting"]
+        assert kept["cluster"] == "testbed" and kept["runs"][-1]["state"] == "COMPLETED", kept
+        assert isinstance(kept["runs"][-1]["elapsed_s"], int), kept
     both = report(project, "cmp", "on-local", "on-testbed")
 
     items = [f"benchmark@pydoc-topics-tiny-device_cfg{i}" for i in (0, 1)]

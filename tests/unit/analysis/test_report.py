@@ -121,3 +121,39 @@ def test_two_revisions_side_by_side_say_what_differs_and_what_is_missing():
     assert "- not the same workload: model tiny (on-lumi); small (on-local)" in summary and "Step time breakdown, 1x4" in summary
     one = rp.build([at("on-lumi", "1x4", "tiny"), at("on-lumi", "2x4", "small")], chosen, None, rp.Overrides(), "x")
     assert any("the runs are of different models (small (10 parameters), tiny (10 parameters))" in n for n in one.series[0].notes)
+
+
+def test_accounting_kept_in_provenance_serves_a_run_from_another_cluster():
+    """`orchestrator record` keeps what the job's own cluster's sacct said (every run's time and
+    energy) in provenance: compared by revision from elsewhere, the run keeps them."""
+    juwels = profile.load("juwels-booster").profile
+    there = energy.Accounting(
+        "acct_gather_energy/ipmi", "juwels", energy.parse_sacct_energy("900|REQUEUED|500|5400000\n900|COMPLETED|400|1800000\n")
+    )
+    kept = energy.to_record(there, "900")
+    assert kept == {
+        "cluster": "juwels",
+        "plugin": "acct_gather_energy/ipmi",
+        "runs": [
+            {"state": "REQUEUED", "elapsed_s": 500, "energy_j": 5400000},
+            {"state": "COMPLETED", "elapsed_s": 400, "energy_j": 1800000},
+        ],
+    }
+    prov = {"backend": "slurm", "job_id": "900", "elapsed_s": 400, "requeues": 1, "accounting": kept}
+    here = energy.Accounting("acct_gather_energy/none", "lumi", {})  # this machine's accounting: another cluster's
+    for live in (here, None):
+        (row,) = rp.build([run("1x1", weak(1, 100.0), prov=prov)], {"bench@1x1": juwels}, live, rp.Overrides(), "x").rows
+        assert (row.energy.source, row.energy.kwh) == ("accounting", pytest.approx(2.0))  # both runs: 7.2 MJ
+        assert "over 2 runs" in row.energy.note
+    # Without it, the same run from elsewhere has only its last run's time for an estimate.
+    bare = {k: v for k, v in prov.items() if k != "accounting"}
+    (row,) = rp.build([run("1x1", weak(1, 100.0), prov=bare)], {"bench@1x1": juwels}, here, rp.Overrides(), "x").rows
+    assert row.energy.source == "estimate" and "last of 2 runs only" in row.energy.note
+
+
+def test_accounting_of_a_job_not_ended_or_unreadable_is_not_kept():
+    running = energy.Accounting("acct_gather_energy/ipmi", "juwels", energy.parse_sacct_energy("900|RUNNING|100|0\n"))
+    assert energy.to_record(running, "900") is None
+    assert energy.to_record(energy.Accounting(None, None, {}, problem="sacct failed"), "900") is None
+    assert energy.from_record({"runs": "garbage"}, "900") is None and energy.from_record(None, "900") is None
+    assert energy.from_record({"runs": [{"state": "COMPLETED", "elapsed_s": "x"}]}, "900").jobs["900"][0].elapsed_s is None

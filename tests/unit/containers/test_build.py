@@ -1,9 +1,12 @@
 """Image builds with a fake runtime (orchestrator/containers/build.py): no runtime, singularity
-instead of apptainer, failures and time-outs leaving nothing behind, up to date or rebuilt, labels.
-Real Apptainer builds: tests/integration/apptainer/test_apptainer_build.py."""
+instead of apptainer, failures and time-outs leaving nothing behind, up to date or rebuilt, labels;
+the digest file holds the content hash (one per content, whatever the SIF's bytes), an old-form
+digest file or stamp. Real Apptainer builds: tests/integration/apptainer/test_apptainer_build.py
+and test_image_identity.py."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -13,6 +16,7 @@ from fakes import FakeRunner, ok
 from support import invoke
 
 from orchestrator.containers import build, images
+from orchestrator.util import files
 from orchestrator.util.files import sha256_file
 from orchestrator.util.runner import Completed
 
@@ -26,13 +30,19 @@ def isolated_tmp(tmp_path, monkeypatch) -> Path:
     return tmp
 
 
-def fake_apptainer(rc: int = 0, write: bytes = b"SIF image bytes", output: str = "INFO:    Build complete\n") -> FakeRunner:
-    """A runner whose `apptainer build` writes ``write`` to its output path and exits ``rc``."""
+def fake_apptainer(
+    rc: int = 0, write: bytes = b"SIF image bytes", output: str = "INFO:    Build complete\n", *, unique: bool = False
+) -> FakeRunner:
+    """A runner whose `apptainer build` writes ``write`` to its output path and exits ``rc``;
+    ``unique``: a different SIF every build, as a real one (its build time and random id)."""
+    builds = itertools.count(1)
 
     def fake_build(argv):
         if argv[1] == "--version":
             return Completed(tuple(argv), 0, "apptainer version 1.4.5\n", "")
-        Path(argv[-2]).write_bytes(write)  # a failed build may leave a half-written file
+        Path(argv[-2]).write_bytes(
+            write + (f" build {next(builds)}".encode() if unique else b"")
+        )  # a failed build may leave a half-written file
         return Completed(tuple(argv), rc, output, "FATAL:   While performing build: exit status 1\n" if rc else "")
 
     return FakeRunner(answers={"apptainer": fake_build, "git": ok("", rc=128)}, installed={"apptainer"})
@@ -112,7 +122,8 @@ def test_build_then_up_to_date_then_rebuild_on_change(tiny, isolated_tmp):
     stamp = json.loads((tiny / build.IMAGES_DIR / "tiny.sif.json").read_text())
     assert stamp["content_hash"] == first.content_hash and stamp["digest"] == first.digest == "sha256:" + sha256_file(image)
     assert stamp["runtime"] == "apptainer version 1.4.5" and stamp["git_commit"] == "unknown"
-    assert (tiny / "containers" / "tiny.digest").read_text() == first.digest + "\n"
+    assert first.content_hash.startswith("content-sha256:")
+    assert (tiny / "containers" / "tiny.digest").read_text() == first.content_hash + "\n"
     assert leftovers(image.parent, isolated_tmp) == []
 
     runner.calls.clear()
@@ -122,7 +133,7 @@ def test_build_then_up_to_date_then_rebuild_on_change(tiny, isolated_tmp):
 
     (tiny / "containers" / "tiny.digest").unlink()  # e.g. a fresh clone: rewritten, nothing built
     build.build(tiny, "tiny", runner)
-    assert (tiny / "containers" / "tiny.digest").read_text() == first.digest + "\n"
+    assert (tiny / "containers" / "tiny.digest").read_text() == first.content_hash + "\n"
 
     killed = image.parent / ".tiny.sif.abcd1234.tmp"  # what a build killed by SIGKILL leaves
     killed.write_bytes(b"half")
@@ -155,3 +166,79 @@ def test_rendered_definition_carries_hash_and_commit_labels(tiny, isolated_tmp):
     assert f"org.orchestrator.content-hash {result.content_hash}\n" in seen["def"]
     assert f"org.orchestrator.git-commit {head}-dirty\n" in seen["def"]
     assert seen["staged"] == ["src/README.md", "src/pkg/mod.py", "src/pyproject.toml", "tiny.def"]
+
+
+# --- the digest file: one per content ----------------------------------------------------------
+
+
+def test_the_same_inputs_give_one_digest_file_however_often_built(tiny, isolated_tmp):
+    runner = fake_apptainer(unique=True)
+    digest_file = tiny / "containers" / "tiny.digest"
+    first = build.build(tiny, "tiny", runner)
+    written = digest_file.stat().st_mtime_ns
+    again = build.build(tiny, "tiny", runner, force=True)
+    assert again.built and again.digest != first.digest  # another SIF...
+    assert again.content_hash == first.content_hash and digest_file.read_text() == first.content_hash + "\n"  # ...the same digest
+    assert digest_file.stat().st_mtime_ns == written  # not even rewritten: DVC sees nothing
+
+    (tiny / "pkg" / "mod.py").write_text("x = 2\n")
+    changed = build.build(tiny, "tiny", runner)
+    assert changed.built and digest_file.read_text() == changed.content_hash + "\n" != first.content_hash + "\n"
+    (tiny / "pkg" / "mod.py").write_text("x = 1\n")  # the revert
+    reverted = build.build(tiny, "tiny", runner)
+    assert reverted.built and digest_file.read_text() == first.content_hash + "\n"
+
+
+def test_the_build_leaves_the_sifs_sha256_for_push_and_provenance(tiny, isolated_tmp, monkeypatch):
+    result = build.build(tiny, "tiny", fake_apptainer())
+    monkeypatch.setattr(files, "sha256_file", lambda p: pytest.fail(f"{p} hashed again although the build hashed it"))
+    files._SHA256_MEMO.clear()  # as a new process: only the file beside the image
+    assert "sha256:" + files.cached_sha256(result.image) == result.digest
+    assert json.loads(build.stamp_path(result.image).read_text())["digest"] == result.digest
+
+
+def test_an_old_form_digest_file_is_rewritten_with_one_line_saying_so(tiny, isolated_tmp):
+    digest_file = tiny / "containers" / "tiny.digest"
+    digest_file.parent.mkdir(exist_ok=True)
+    digest_file.write_text("sha256:" + "ab" * 32 + "\n")  # what an older orchestrator wrote: the SIF's sha256
+    lines: list[str] = []
+    result = build.build(tiny, "tiny", fake_apptainer(), say=lines.append)
+    assert digest_file.read_text() == result.content_hash + "\n"
+    told = [line for line in lines if "tiny.digest now holds" in line]
+    assert told and told[0].endswith(
+        "tiny.digest now holds the image's content hash instead of the SIF's sha256: stages that depend on it run once more"
+    ), lines
+    lines.clear()
+    build.build(tiny, "tiny", fake_apptainer(), force=True, say=lines.append)
+    assert not [line for line in lines if "now holds" in line]  # said once, when the form changed
+
+
+def test_an_image_stamped_by_an_older_orchestrator_is_rebuilt_once(tiny, isolated_tmp):
+    runner = fake_apptainer()
+    first = build.build(tiny, "tiny", runner)
+    path = build.stamp_path(first.image)
+    stamp = json.loads(path.read_text())
+    path.write_text(json.dumps({**stamp, "version": 1, "content_hash": "sha256:" + "0" * 64}))
+    lines: list[str] = []
+    again = build.build(tiny, "tiny", runner, say=lines.append)
+    assert again.built and "built by an older orchestrator" in lines[0]
+    assert not build.build(tiny, "tiny", runner).built
+
+
+def test_a_code_change_rebuilds_nothing_when_the_image_holds_no_code(tiny, isolated_tmp):
+    images_yaml = tiny / "containers" / "images.yaml"
+    images_yaml.write_text(images_yaml.read_text().replace("source: [pkg, pyproject.toml]", "source: []", 1))
+    template = tiny / "containers" / "tiny.def.j2"
+    template.write_text(
+        "Bootstrap: scratch\n%labels\n    org.orchestrator.content-hash {{ content_hash | label }}\n"
+        '%help\n    deps: {{ requirements | map("q") | join(" ") }}\n'
+    )
+    runner = fake_apptainer()
+    first = build.build(tiny, "tiny", runner)
+    (tiny / "pkg" / "mod.py").write_text("x = 2\n")
+    assert not build.build(tiny, "tiny", runner).built
+    pyproject = tiny / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('"dvclive>=3.48"', '"dvclive>=3.49"'))
+    lines: list[str] = []
+    changed = build.build(tiny, "tiny", runner, say=lines.append)
+    assert changed.built and changed.content_hash != first.content_hash and "changed: the definition" in lines[0]

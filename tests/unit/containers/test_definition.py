@@ -13,25 +13,43 @@ def test_ci_definition_renders_with_quoted_values_and_blank_build_values():
     prepared = inputs.prepare(ROOT, images.select(ROOT, "ci"))
     text = prepared.hashed_definition
     assert text.startswith("Bootstrap: debootstrap\nOSVersion: bookworm\n")
-    assert '"/build-context/src" /opt/orchestrator/src' in text
     assert "'pytorch-lightning>=2.5,<2.7'" in text  # a shell word, quoted
     assert "org.orchestrator.content-hash -" in text and "org.orchestrator.git-commit -" in text
-    assert "%test" in text and "import torch, pytorch_lightning, orchestrator, experiments" in text
-    dests = [i.dest for i in prepared.inputs]
-    assert "src/pyproject.toml" in dests and "src/orchestrator/containers/build.py" in dests
-    assert "src/experiments/classify/__main__.py" in dests
-    assert not [d for d in dests if "__pycache__" in d or d.endswith(".pyc")]
+    assert "%test" in text and "import torch, pytorch_lightning, dvclive" in text
+    # The project's code is not in the shipped image: jobs import it from their workspace.
+    assert "/opt/orchestrator/src" not in text and not [i for i in prepared.inputs if i.dest.startswith("src/")]
+    assert "PIP_CERT" not in text  # the build machine's CA bundle is no part of the identity
     if prepared.variables["torch_wheel"]:  # this machine has the wheel: copied in, no CUDA download
         assert '"/build-context/wheels/torch-2.13.0' in text and "--find-links /opt/orchestrator/wheels" in text
     else:
         assert "download.pytorch.org/whl/cpu" in text
 
 
+def test_an_image_copies_the_projects_code_in_only_when_its_source_asks(tmp_path):
+    prepared = inputs.prepare(ROOT, images.select(ROOT, "ci", ["source=pyproject.toml experiments"]))
+    text = prepared.hashed_definition
+    assert '"/build-context/src" /opt/orchestrator/src' in text and "pip install --no-deps /opt/orchestrator/src" in text
+    dests = [i.dest for i in prepared.inputs]
+    assert "src/pyproject.toml" in dests and "src/experiments/classify/__main__.py" in dests
+    assert not [d for d in dests if "__pycache__" in d or d.endswith(".pyc") or d.startswith("src/orchestrator/")]
+    for name in ("nvidia", "rocm"):
+        site = inputs.prepare(ROOT, images.select(ROOT, name, ["source=pyproject.toml experiments"])).hashed_definition
+        assert "pip install --no-deps /opt/orchestrator/src" in site
+        assert "/opt/orchestrator/src" not in inputs.prepare(ROOT, images.select(ROOT, name)).hashed_definition
+
+
+def test_a_definition_that_copies_the_source_in_unconditionally_needs_source(tiny):
+    images_yaml = tiny / "containers" / "images.yaml"
+    images_yaml.write_text(images_yaml.read_text().replace("source: [pkg, pyproject.toml]", "source: []", 1))
+    with pytest.raises(images.ContainerError, match=r"empty path .*\(does the image set `source`"):
+        inputs.prepare(tiny, images.select(tiny, "tiny"))
+
+
 def test_site_and_registry_definitions_keep_the_base_images_torch(tmp_path):
     base = tmp_path / "lumi.sif"
     base.write_bytes(b"base")
     lumi = inputs.prepare(ROOT, images.select(ROOT, "lumi", [f"base={base}"])).hashed_definition
-    assert f"Bootstrap: localimage\nFrom: {base}\n" in lumi
+    assert f"Bootstrap: localimage\nFrom: {inputs.HASH_BASE}\n" in lumi  # the base's path is not its identity, its content is
     assert "$WITH_CONDA" in lumi and "torch==2.13.0" not in lumi and "'pytorch-lightning>=2.5,<2.7'" in lumi
     nvidia = inputs.prepare(ROOT, images.select(ROOT, "nvidia")).hashed_definition
     assert "Bootstrap: docker\nFrom: nvcr.io/nvidia/pytorch:" in nvidia

@@ -1,20 +1,26 @@
 """Pushing an image to a cluster (orchestrator/containers/push.py): argv and quoting, error
-mapping, skipping, with a FakeRunner. Real pushes over ssh + rsync to an sshd on loopback:
+mapping, skipping, the guard against installing another image, the installed file's mode,
+a full disk, the push record, and `container build --push`'s choice of image, with a
+FakeRunner. Real pushes over ssh + rsync to an sshd on loopback:
 tests/integration/ssh/test_push_over_ssh.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
+import json
 import os
 import shlex
 import shutil
+import stat
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 from fakes import FakeRunner, ok
-from support import HOSTILE_DIR, sha
+from support import HOSTILE_DIR, invoke, make_tiny, sha
 
 from orchestrator.containers import push
 from orchestrator.util.runner import Completed
@@ -45,7 +51,11 @@ def remote_command(argv) -> list[str]:
 
 
 def fake_remote(
-    probe: Completed | None = None, commit: Completed | None = None, rsync: Completed | None = None, installed=("ssh", "rsync")
+    probe: Completed | None = None,
+    commit: Completed | None = None,
+    rsync: Completed | None = None,
+    installed=("ssh", "rsync"),
+    discard: Completed | None = None,
 ):
     """A FakeRunner answering ssh by which of our scripts it runs."""
 
@@ -53,8 +63,12 @@ def fake_remote(
         words = remote_command(argv)
         if words[2] == push.PROBE_SCRIPT:
             return dataclasses.replace(probe or ok()(argv), argv=tuple(argv))
+        if words[2] == push.DISCARD_SCRIPT:
+            return dataclasses.replace(discard or ok()(argv), argv=tuple(argv))
+        if words[2] == push.SIDECAR_SCRIPT:
+            return ok()(argv)
         assert words[2] == push.COMMIT_SCRIPT
-        expected = words[-1]
+        expected = words[6]
         return dataclasses.replace(commit or ok(f"orchestrator-ship: sha256 {expected}\n")(argv), argv=tuple(argv))
 
     def run_rsync(argv):
@@ -126,7 +140,10 @@ def test_local_sha256_is_cached_by_size_and_mtime(image, monkeypatch):
     digest = push.local_sha256(image)
     assert digest == sha(image)
     assert push.cache_path(image).read_text().split()[0] == digest
-    monkeypatch.setattr(push, "sha256_file", lambda p: pytest.fail("hashed again although the image did not change"))
+    from orchestrator.util import files
+
+    monkeypatch.setattr(files, "sha256_file", lambda p: pytest.fail("hashed again although the image did not change"))
+    monkeypatch.setattr(files, "_SHA256_MEMO", {})  # from the file beside the image, not this process's memory
     assert push.local_sha256(image) == digest
     monkeypatch.undo()
     image.write_bytes(b"new image")  # new size and mtime
@@ -157,8 +174,20 @@ def test_argv_is_built_and_every_remote_word_quoted(image):
     assert probe[1 : len(opts) + 1] == opts
     assert probe[-3:-1] == ["--", "al@lumi"]
     final, part = f"{remote_dir}/img.sif", f"{remote_dir}/.img.sif.part"
-    assert remote_command(probe) == ["sh", "-c", push.PROBE_SCRIPT, "sh", remote_dir, final, part, str(size)]
-    assert remote_command(commit) == ["sh", "-c", push.COMMIT_SCRIPT, "sh", part, final, digest]
+    sidecar, sidecar_tmp = f"{final}.orchestrator.json", f"{remote_dir}/.img.sif.orchestrator.json.tmp"
+    mode = f"{image.stat().st_mode & 0o777:o}"
+    assert remote_command(probe) == ["sh", "-c", push.PROBE_SCRIPT, "sh", remote_dir, final, part, str(size), sidecar, digest, mode]
+    *words, record = remote_command(commit)
+    assert words == ["sh", "-c", push.COMMIT_SCRIPT, "sh", part, final, digest, mode, sidecar, sidecar_tmp]
+    assert json.loads(record) | {"pushed_at": "", "pushed_from": ""} == {
+        "name": None,  # random bytes: no label, no stamp
+        "sha256": digest,
+        "content_hash": None,
+        "built_at": None,
+        "size": size,
+        "pushed_at": "",
+        "pushed_from": "",
+    }
     # rsync: the path over the protocol (-s), resumable into the hidden .part, -e split like a shell.
     assert rsync[0] == "rsync" and {"-s", "--inplace", "--partial", "--ignore-times", "--stats"} <= set(rsync)
     e = rsync[rsync.index("-e") + 1]
@@ -190,7 +219,8 @@ def test_remote_scripts_run_literally_in_a_real_shell(image, tmp_path):
     runner = FakeRunner(answers={"ssh": ssh, "rsync": rsync}, installed={"ssh", "rsync"})
     first = push.push(image, f"h:{remote_dir}/img.sif", runner)
     assert first.transferred and sha(remote_dir / "img.sif") == sha(image)
-    assert sorted(p.name for p in remote_dir.iterdir()) == ["img.sif"]  # no .part left
+    assert sorted(p.name for p in remote_dir.iterdir()) == ["img.sif", "img.sif.orchestrator.json"]  # no .part left
+    assert json.loads((remote_dir / "img.sif.orchestrator.json").read_text())["sha256"] == sha(image)
     second = push.push(image, f"h:{remote_dir}/img.sif", runner)
     assert (second.transferred, second.bytes_transferred, second.method) == (False, 0, "skip")
     assert [c[0] for c in runner.calls] == ["ssh", "rsync", "ssh", "ssh"]
@@ -206,15 +236,30 @@ def test_skip_when_the_remote_sha_matches(image):
     runner = fake_remote(probe=probe)
     result = push.push(image, "h:/x/img.sif", runner)
     assert (result.transferred, result.bytes_transferred, result.method, result.sha256) == (False, 0, "skip", digest)
-    assert len(runner.calls) == 1 and not runner.called("rsync")
+    # No sidecar there yet (pushed by an older version): one more ssh writes it, nothing is sent.
+    assert [remote_command(c)[2] for c in runner.calls] == [push.PROBE_SCRIPT, push.SIDECAR_SCRIPT] and not runner.called("rsync")
+    sidecar = remote_command(runner.calls[1])[-1]
+    with_sidecar = fake_remote(probe=dataclasses.replace(probe, stdout=probe.stdout + f"orchestrator-ship: sidecar {sidecar}\n"))
+    assert push.push(image, "h:/x/img.sif", with_sidecar).method == "skip"
+    assert len(with_sidecar.calls) == 1
 
 
-def test_a_different_remote_image_is_replaced(image):
+def test_a_file_of_unknown_image_is_replaced_only_when_asked(image):
     probe = Completed((), 0, f"orchestrator-ship: final 12\norchestrator-ship: sha256 {'0' * 64}\norchestrator-ship: part 4096\n", "")
     runner = fake_remote(probe=probe)
-    result = push.push(image, "h:/x/img.sif", runner)
+    with pytest.raises(push.OtherImageThere) as err:
+        push.push(image, "h:/x/img.sif", runner)
+    assert str(err.value) == (
+        "h:/x/img.sif holds an image of unknown name (no up-to-date img.sif.orchestrator.json beside it, "
+        "no org.orchestrator.image label in it), "
+        f"you gave {image}, which has no org.orchestrator.image label; pass --replace-other-image to overwrite"
+    )
+    assert err.value.exit_code == 2 and [c[0] for c in runner.calls] == ["ssh"]  # nothing sent
+    said = []
+    result = push.push(image, "h:/x/img.sif", runner, replace_other_image=True, say=said.append)
     assert result.transferred and result.resumed_from == 4096
-    assert [c[0] for c in runner.calls] == ["ssh", "rsync", "ssh"]
+    assert [c[0] for c in runner.calls] == ["ssh", "ssh", "rsync", "ssh"]
+    assert said[0].startswith("h:/x/img.sif holds an image of unknown name") and said[0].endswith("replacing it (--replace-other-image)")
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -267,9 +312,11 @@ def test_unreachable_during_transfer(image):
 
 
 def test_interrupted_transfer_says_it_resumes(image):
+    runner = fake_remote(rsync=failed(20, "rsync error: received SIGINT"))
     with pytest.raises(push.ShipError, match="interrupted") as err:
-        push.push(image, "h:/x/img.sif", fake_remote(rsync=failed(20, "rsync error: received SIGINT")))
-    assert "push again: it resumes" in str(err.value)
+        push.push(image, "h:/x/img.sif", runner)
+    assert "the partial file /x/.img.sif.part is kept for the next push to resume: push again" in str(err.value)
+    assert [c[0] for c in runner.calls] == ["ssh", "rsync"]  # kept: nothing removes it
 
 
 def test_checksum_mismatch_removes_the_copy_and_installs_nothing(image):
@@ -280,8 +327,16 @@ def test_checksum_mismatch_removes_the_copy_and_installs_nothing(image):
     text = str(err.value)
     assert f"local sha256 {sha(image)}, remote {'f' * 64}" in text
     assert "nothing was installed at /x/img.sif" in text and "command: ssh " in text
-    # The script itself removes the .part and never runs mv on a mismatch.
-    assert 'if [ "$h" != "$3" ]; then rm -f -- "$1"; exit 95; fi; mv' in push.COMMIT_SCRIPT
+
+
+def test_commit_script_on_a_mismatch_removes_the_part_and_moves_nothing(tmp_path):
+    part, final = tmp_path / ".img.sif.part", tmp_path / "img.sif"
+    part.write_bytes(b"corrupted")
+    final.write_bytes(b"the image jobs use now")
+    args = [str(part), str(final), "0" * 64, "644", f"{final}.orchestrator.json", str(tmp_path / ".tmp"), "{}"]
+    done = subprocess.run(["sh", "-c", push.COMMIT_SCRIPT, "sh", *args], capture_output=True, text=True, check=False)
+    assert done.returncode == 95 and not part.exists() and final.read_bytes() == b"the image jobs use now"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.sif"]  # no sidecar either
 
 
 def test_ssh_not_installed(image):
@@ -334,7 +389,408 @@ def test_local_copy_is_verified_atomic_and_skipped_the_second_time(image, tmp_pa
     runner = FakeRunner(installed=set())
     first = push.push(image, str(dest), runner)
     assert (first.method, first.transferred, first.bytes_transferred) == ("copy", True, image.stat().st_size)
-    assert sha(dest) == sha(image) and sorted(p.name for p in dest.parent.iterdir()) == ["img.sif"]
+    assert sha(dest) == sha(image) and sorted(p.name for p in dest.parent.iterdir()) == ["img.sif", "img.sif.orchestrator.json"]
     second = push.push(image, str(dest), runner)
     assert (second.method, second.transferred, second.bytes_transferred) == ("skip", False, 0)
     assert runner.calls == []
+
+
+# --- which image a file holds: SIF labels, the local identity ---------------------------------
+
+CREATED = 1795636898  # 2026-11-25T20:01:38Z, as a SIF header stores it
+SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")
+SIF_DESCRIPTOR = struct.Struct("<iBIIIqqqqqqq128s384s")
+
+
+def make_sif(labels: dict | None, *, definition: int = 1715, created: int = CREATED, tail: int = 4096) -> bytes:
+    """A SIF laid out as Apptainer 1.4 lays one out: header, 48 descriptors from 4096, the
+    definition, the inspect metadata with the labels, then a partition (random bytes)."""
+    total, table_at = 48, 4096
+    data_at = table_at + total * SIF_DESCRIPTOR.size
+    deffile = b"B" * definition
+    meta = json.dumps({"data": {"attributes": {"labels": labels, "deffile": "..."}}}).encode() if labels is not None else b""
+    objects = [(0x4001, data_at, len(deffile))] + ([(0x4006, data_at + len(deffile), len(meta))] if labels is not None else [])
+    table = bytearray(total * SIF_DESCRIPTOR.size)
+    for i, (kind, at, size) in enumerate(objects):
+        SIF_DESCRIPTOR.pack_into(table, i * SIF_DESCRIPTOR.size, kind, 1, i + 1, 0, 0, at, size, size, created, created, 0, 0, b"", b"")
+    header = SIF_HEADER.pack(
+        b"#!/usr/bin/env run-singularity\n", b"SIF_MAGIC\0", b"01\0", b"02\0", os.urandom(16), created, created,
+        total - len(objects), total, table_at, len(table), data_at, len(deffile) + len(meta) + tail,
+    )  # fmt: skip
+    return header.ljust(table_at, b"\0") + bytes(table) + deffile + meta + os.urandom(tail)
+
+
+def labels(name: str, content: str = "c") -> dict:
+    return {
+        "org.label-schema.build-arch": "amd64",
+        "org.orchestrator.image": name,
+        "org.orchestrator.content-hash": f"sha256:{content * 64}",
+    }
+
+
+def reader(data: bytes):
+    return lambda offset, size: data[offset : offset + size]
+
+
+def test_sif_identity_reads_the_labels_and_the_build_time():
+    got = push.sif_identity(reader(make_sif(labels("lumi", "a"))))
+    assert got == push.Identity("lumi", f"sha256:{'a' * 64}", "2026-11-25T20:01:38+00:00")
+    assert got.describe() == "image 'lumi' (built 2026-11-25T20:01:38+00:00, content sha256:aaaaaaaaaaaa)"
+
+
+def test_sif_identity_of_files_it_cannot_name():
+    assert push.sif_identity(reader(b"an older image")) is None
+    assert push.sif_identity(reader(os.urandom(1 << 16))) is None
+    assert push.sif_identity(reader(make_sif(None))) == push.Identity(None, None, "2026-11-25T20:01:38+00:00")  # a SIF, no labels
+    # Labels beyond the 64 KiB a probe reads (a long definition): not in reach, so unknown.
+    big = make_sif(labels("lumi"), definition=40_000)
+    assert push.sif_identity(reader(big[: push.HEAD_BYTES])) is None
+    assert push.sif_identity(reader(big)).name == "lumi"
+    assert push.sif_identity(reader(make_sif(labels("lumi"))[:8000])) is None  # the table cut off
+
+
+def test_identify_a_local_image_by_its_labels_and_its_stamps_build_time(tmp_path):
+    from orchestrator.containers import build
+
+    image = tmp_path / "ci.sif"
+    image.write_bytes(make_sif(labels("ci")))
+    assert push.identify(image) == push.Identity("ci", f"sha256:{'c' * 64}", "2026-11-25T20:01:38+00:00")
+    st = image.stat()
+    stamp = {
+        "version": build.STAMP_VERSION,
+        "name": "ci",
+        "built_at": "2026-11-25T21:01:38+0100",
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+    build.stamp_path(image).write_text(json.dumps(stamp))
+    assert push.identify(image).built_at == "2026-11-25T21:01:38+0100"
+    unlabelled = tmp_path / "own.sif"
+    unlabelled.write_bytes(b"not a sif")
+    assert push.identify(unlabelled) == push.Identity(None)
+
+
+# --- the guard: never install another image over the one there --------------------------------
+
+
+@pytest.fixture
+def named_image(tmp_path) -> Path:
+    """A local SIF labelled as image 'ci'."""
+    path = tmp_path / "build" / "ci.sif"
+    path.parent.mkdir()
+    path.write_bytes(make_sif(labels("ci")))
+    return path
+
+
+def od(data: bytes) -> str:
+    """``od -An -v -tx1`` of ``data``."""
+    return "".join(" " + " ".join(f"{b:02x}" for b in data[i : i + 16]) + "\n" for i in range(0, len(data), 16))
+
+
+def found(size: int, sidecar: dict | None = None, head: bytes | None = None, part: int = 0) -> Completed:
+    out = f"orchestrator-ship: final {size}\n"
+    if sidecar is not None:
+        out += f"orchestrator-ship: sidecar {json.dumps(sidecar)}\n"
+    if head is not None:
+        out += f"orchestrator-ship: head\n{od(head[: push.HEAD_BYTES])}orchestrator-ship: end\n"
+    if part:
+        out += f"orchestrator-ship: part {part}\n"
+    return Completed((), 0, out, "")
+
+
+LUMI = {"name": "lumi", "size": 999, "sha256": "a" * 64, "content_hash": f"sha256:{'a' * 64}", "built_at": "2026-11-20T10:00:00+0100"}
+REFUSED = (
+    "alice@lumi:/p/orchestrator.sif holds image 'lumi' (built 2026-11-20T10:00:00+0100, content sha256:aaaaaaaaaaaa), "
+    "you gave 'ci'; pass --replace-other-image to overwrite"
+)
+
+
+def test_guard_refuses_another_image_named_by_the_sidecar(named_image):
+    runner = fake_remote(probe=found(999, sidecar=LUMI, head=make_sif(labels("lumi"))))
+    with pytest.raises(push.OtherImageThere) as err:
+        push.push(named_image, "alice@lumi:/p/orchestrator.sif", runner)
+    assert str(err.value) == REFUSED and err.value.exit_code == 2
+    assert len(runner.calls) == 1 and not runner.called("rsync")  # nothing sent, nothing written
+
+
+def test_guard_lets_the_same_image_through_and_another_only_when_asked(named_image):
+    same = fake_remote(probe=found(999, sidecar={**LUMI, "name": "ci"}))
+    assert push.push(named_image, "alice@lumi:/p/orchestrator.sif", same).transferred  # a newer build of 'ci': the usual update
+    said = []
+    other = fake_remote(probe=found(999, sidecar=LUMI))
+    result = push.push(named_image, "alice@lumi:/p/orchestrator.sif", other, replace_other_image=True, say=said.append)
+    assert result.transferred and other.called("rsync")
+    assert said[0] == REFUSED.split(", you gave")[0] + "; replacing it (--replace-other-image)"
+    record = json.loads(remote_command(other.calls[-1])[-1])
+    assert (record["name"], record["content_hash"]) == ("ci", f"sha256:{'c' * 64}")
+
+
+def test_guard_reads_the_images_own_label_without_a_sidecar(named_image):
+    runner = fake_remote(probe=found(70_000, head=make_sif(labels("rocm", "d"), tail=70_000)))
+    with pytest.raises(push.OtherImageThere, match=r"holds image 'rocm' \(built 2026-11-25T20:01:38\+00:00, content sha256:dddd"):
+        push.push(named_image, "h:/p/o.sif", runner)
+
+
+def test_a_sidecar_that_no_longer_describes_the_file_is_not_trusted(named_image):
+    stale = {**LUMI, "name": "ci", "size": 12345}  # the file there was replaced by hand since
+    runner = fake_remote(probe=found(999, sidecar=stale, head=make_sif(labels("nvidia"))))
+    with pytest.raises(push.OtherImageThere, match="holds image 'nvidia'"):
+        push.push(named_image, "h:/p/o.sif", runner)
+    unknown = fake_remote(probe=found(999, sidecar=stale, head=b"not a sif"))
+    with pytest.raises(push.OtherImageThere, match="holds an image of unknown name"):
+        push.push(named_image, "h:/p/o.sif", unknown)
+
+
+# --- the remote scripts in a real shell: guard, mode ------------------------------------------
+
+
+def local_ssh(cwd: Path):
+    """ssh to "a host" that is this machine: the command string run by sh, as a login shell would."""
+
+    def ssh(argv):
+        done = subprocess.run(["sh", "-c", argv[-1]], check=False, capture_output=True, text=True, cwd=cwd)
+        return Completed(tuple(argv), done.returncode, done.stdout, done.stderr)
+
+    return ssh
+
+
+def rsync_inplace(argv):
+    """What rsync --inplace does to the modes: a new file is written 0600 and given the source's
+    mode less the umask only once complete; an existing one (a resumed part) keeps its mode."""
+    src, dest = argv[-2], argv[-1].split(":", 1)[1]
+    fresh = not os.path.exists(dest)
+    with os.fdopen(os.open(dest, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+        f.write(Path(src).read_bytes())
+        f.truncate()
+    if fresh:
+        os.chmod(dest, stat.S_IMODE(os.stat(src).st_mode) & ~umask())
+    return Completed(tuple(argv), 0, STATS, "")
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_a_resumed_push_installs_the_mode_of_an_uninterrupted_one(named_image, tmp_path):
+    runner = FakeRunner(answers={"ssh": local_ssh(tmp_path), "rsync": rsync_inplace}, installed={"ssh", "rsync"})
+    fresh, resumed = tmp_path / "fresh" / "o.sif", tmp_path / "resumed" / "o.sif"
+    push.push(named_image, f"h:{fresh}", runner)
+    resumed.parent.mkdir()
+    part = resumed.parent / ".o.sif.part"
+    part.write_bytes(named_image.read_bytes()[:5000])  # what an interrupted rsync left: 0600
+    part.chmod(0o600)
+    assert push.push(named_image, f"h:{resumed}", runner).resumed_from == 5000
+    expected = 0o644 & ~umask()
+    assert mode(fresh) == mode(resumed) == expected, (oct(mode(fresh)), oct(mode(resumed)))
+    assert sha(resumed) == sha(named_image) and not part.exists()
+
+
+def test_an_image_already_there_with_a_wrong_mode_gets_the_normal_one(named_image, tmp_path):
+    final = tmp_path / "remote" / "o.sif"
+    final.parent.mkdir()
+    shutil.copyfile(named_image, final)
+    final.chmod(0o600)  # as a resumed push of an older version left it
+    runner = FakeRunner(answers={"ssh": local_ssh(tmp_path), "rsync": rsync_inplace}, installed={"ssh", "rsync"})
+    assert push.push(named_image, f"h:{final}", runner).method == "skip"
+    assert mode(final) == 0o644 & ~umask()
+    assert json.loads(Path(f"{final}.orchestrator.json").read_text())["name"] == "ci"  # and the sidecar it lacked
+
+
+def test_guard_with_the_real_probe_script(named_image, tmp_path):
+    runner = FakeRunner(answers={"ssh": local_ssh(tmp_path), "rsync": rsync_inplace}, installed={"ssh", "rsync"})
+    final = tmp_path / "remote" / HOSTILE_DIR / "o.sif"
+    push.push(named_image, f"h:{final}", runner)
+    lumi = tmp_path / "lumi.sif"
+    lumi.write_bytes(make_sif(labels("lumi")))
+    with pytest.raises(push.OtherImageThere, match=r"holds image 'ci' \(built 2026-11-25T20:01:38\+00:00, content sha256:cccc"):
+        push.push(lumi, f"h:{final}", runner)  # read from the sidecar the first push wrote
+    # Replaced by hand since: the sidecar is older than the file, its label is read instead.
+    final.write_bytes(make_sif(labels("rocm"), tail=100_000))
+    os.utime(final, ns=(final.stat().st_atime_ns, Path(f"{final}.orchestrator.json").stat().st_mtime_ns + 10**9))
+    with pytest.raises(push.OtherImageThere, match="holds image 'rocm'"):
+        push.push(lumi, f"h:{final}", runner)
+    assert push.push(lumi, f"h:{final}", runner, replace_other_image=True).transferred
+    assert sha(final) == sha(lumi) and json.loads(Path(f"{final}.orchestrator.json").read_text())["name"] == "lumi"
+    assert not list(tmp_path.rglob("ship-canary"))
+
+
+# --- a full disk --------------------------------------------------------------------------------
+
+ENOSPC_RSYNC = (
+    'rsync: [receiver] write failed on "/x/.img.sif.part": No space left on device (28)\n'
+    "rsync error: error in file IO (code 11) at receiver.c(657) [receiver=3.5.0]\n"
+)
+
+
+def test_full_disk_removes_the_partial_file_and_says_so(image):
+    runner = fake_remote(rsync=failed(11, ENOSPC_RSYNC), discard=ok("orchestrator-ship: part 2097152\n")(()))
+    with pytest.raises(push.ShipError) as err:
+        push.push(image, "h:/x/img.sif", runner)
+    text = str(err.value)
+    assert text.splitlines()[0] == (
+        f"push of {image} to h:/x/img.sif failed: no space left on the device of /x: "
+        "the partial file /x/.img.sif.part (2,097,152 bytes) was removed (3 problems):"
+    )
+    assert f"make room for the image's {image.stat().st_size:,} bytes there" in text and "nothing was installed at /x/img.sif" in text
+    discard = runner.calls[-1]
+    assert remote_command(discard) == ["sh", "-c", push.DISCARD_SCRIPT, "sh", "/x/.img.sif.part"]
+    assert [c[0] for c in runner.calls] == ["ssh", "rsync", "ssh"]  # no commit
+
+
+def test_full_quota_and_a_partial_that_cannot_be_removed(image):
+    quota = ENOSPC_RSYNC.replace("No space left on device (28)", "Disk quota exceeded (122)")
+    runner = fake_remote(rsync=failed(11, quota), discard=failed(255, "ssh: connect to host h port 22: Connection refused"))
+    with pytest.raises(push.ShipError) as err:
+        push.push(image, "h:/x/img.sif", runner)
+    assert str(err.value).startswith(
+        f"push of {image} to h:/x/img.sif failed: the disk quota for /x is exceeded: the partial file /x/.img.sif.part "
+        "could not be removed; remove it by hand: ssh h rm -f /x/.img.sif.part"
+    )
+
+
+def test_full_disk_with_scp(image):
+    def ssh(argv):
+        words = remote_command(argv)
+        return ok("orchestrator-ship: part 4096\n" if words[2] == push.DISCARD_SCRIPT else "")(argv)
+
+    runner = FakeRunner(answers={"ssh": ssh, "scp": failed(1, "scp: /x/.img.sif.part: No space left on device")}, installed={"ssh", "scp"})
+    with pytest.raises(push.ShipError, match=r"the partial file /x/.img.sif.part \(4,096 bytes\) was removed"):
+        push.push(image, "h:/x/img.sif", runner)
+
+
+def test_full_disk_on_a_local_copy(image, tmp_path, monkeypatch):
+    def fill(src, dst):
+        Path(dst).write_bytes(b"x" * 1000)
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(push.shutil, "copyfile", fill)
+    dest = tmp_path / "shared" / "img.sif"
+    with pytest.raises(push.ShipError) as err:
+        push.push(image, str(dest), FakeRunner(installed=set()))
+    assert str(err.value).splitlines()[0] == (
+        f"copy of {image} to {dest} failed: No space left on device: the partial file {dest.parent}/.img.sif.part (1,000 bytes) was removed"
+    )
+    assert list(dest.parent.iterdir()) == []
+
+
+# --- the local record of pushes -----------------------------------------------------------------
+
+
+def test_each_push_is_recorded_beside_the_local_image(named_image):
+    from datetime import datetime
+
+    push.push(named_image, "alice@lumi:/p/o.sif", fake_remote())
+    digest = sha(named_image)
+    probe = Completed((), 0, f"orchestrator-ship: final {named_image.stat().st_size}\norchestrator-ship: sha256 {digest}\n", "")
+    push.push(named_image, "bob@mahti:/q/o.sif", fake_remote(probe=probe))  # nothing sent: recorded all the same
+    record = json.loads(push.pushes_path(named_image).read_text())
+    assert push.pushes_path(named_image).name == "ci.sif.pushes.json"
+    assert sorted(record) == ["alice@lumi:/p/o.sif", "bob@mahti:/q/o.sif"]
+    for entry in record.values():
+        assert set(entry) == {"sha256", "at", "name"} and (entry["sha256"], entry["name"]) == (digest, "ci")
+        assert datetime.fromisoformat(entry["at"]).tzinfo is not None
+    assert push.read_pushes(named_image) == record
+
+
+def test_a_refused_push_is_not_recorded(named_image):
+    with pytest.raises(push.OtherImageThere):
+        push.push(named_image, "h:/p/o.sif", fake_remote(probe=found(999, sidecar=LUMI)))
+    assert not push.pushes_path(named_image).exists()
+
+
+def test_local_copy_guard_and_mode(named_image, tmp_path):
+    dest = tmp_path / "shared" / "o.sif"
+    dest.parent.mkdir()
+    dest.write_bytes(make_sif(labels("lumi")))
+    runner = FakeRunner(installed=set())
+    with pytest.raises(push.OtherImageThere, match=f"^{dest} holds image 'lumi'"):
+        push.push(named_image, str(dest), runner)
+    part = dest.parent / ".o.sif.part"
+    part.write_bytes(b"left by a killed copy")
+    part.chmod(0o600)
+    assert push.push(named_image, str(dest), runner, replace_other_image=True).transferred
+    assert sha(dest) == sha(named_image) and mode(dest) == 0o644 & ~umask()
+    other = tmp_path / "lumi.sif"
+    other.write_bytes(make_sif(labels("lumi")))
+    with pytest.raises(push.OtherImageThere, match="holds image 'ci'"):  # from the sidecar the copy wrote
+        push.push(other, str(dest), runner)
+
+
+# --- `container build --push`: which image goes to the profile's path ---------------------------
+
+
+def push_project(tmp_path: Path, image: str | None, monkeypatch) -> Path:
+    """A project whose profile (a file, found from the project folder) says where to push."""
+    import yaml
+    from support import ROOT
+
+    project = make_tiny(tmp_path / "proj")
+    monkeypatch.chdir(project)
+    profile = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
+    profile["container"] = {"runtime": "apptainer", "image": "/remote/${SLURM_JOB_ACCOUNT}/tiny.sif", "push_host": "alice@login"}
+    (project / "cluster.yaml").write_text(yaml.safe_dump(profile))
+    settings = {"cluster": "cluster.yaml", "account": "p1", **({"image": image} if image else {})}
+    (project / "params.yaml").write_text(yaml.safe_dump({"orchestrator": settings}))
+    return project
+
+
+def test_push_without_a_name_pushes_the_image_params_names(tmp_path, monkeypatch):
+    from orchestrator.cli.container import PushDestination, push_destination
+
+    project = push_project(tmp_path, "tiny", monkeypatch)
+    assert push_destination(project, None, None, False, FakeRunner()) == PushDestination("alice@login:/remote/p1/tiny.sif", "tiny")
+    assert push_destination(project, None, "tiny", False, FakeRunner()).image == "tiny"
+    assert push_destination(project, None, "site", True, FakeRunner()).image == "site"  # asked for
+
+
+@pytest.mark.parametrize(
+    "image, args, message",
+    [
+        (
+            None,
+            [],
+            "--push: params.yaml's orchestrator.image for profile 'cluster.yaml' is 'none' (tasks run on the host), so there is no "
+            "containers/images.yaml image to build and push; set it to one of: site, tiny "
+            "(clusters.cluster.yaml.orchestrator.image for this profile only)",
+        ),
+        (
+            "/shared/own.sif",
+            [],
+            "--push: params.yaml's orchestrator.image for profile 'cluster.yaml' is your own image file '/shared/own.sif' (jobs read it "
+            "where it is), so there is no containers/images.yaml image to build and push; set it to one of: site, tiny "
+            "(clusters.cluster.yaml.orchestrator.image for this profile only)",
+        ),
+        (
+            "tiny",
+            ["site"],
+            "--push: profile 'cluster.yaml' runs image 'tiny' from alice@login:/remote/p1/tiny.sif (params.yaml's orchestrator.image), "
+            "you gave 'site'; pass --replace-other-image to push it there anyway, or set orchestrator.image: site",
+        ),
+        (
+            None,
+            ["tiny"],
+            "--push: profile 'cluster.yaml' runs no image (params.yaml's orchestrator.image is 'none'), you gave 'tiny'; "
+            "pass --replace-other-image to push it there anyway, or set orchestrator.image: tiny",
+        ),
+        ("tiny", ["nope"], "no image 'nope' in {project}/containers/images.yaml"),
+        ("tiny", ["tiny", "--replace-other-image", "--no-push"], None),
+    ],
+)
+def test_push_refusals_are_one_line_exit_2_and_build_nothing(tmp_path, monkeypatch, image, args, message):
+    project = push_project(tmp_path, image, monkeypatch)
+    if message is None:  # the flag without --push
+        result = invoke("container", "build", "tiny", "--replace-other-image", "--project", str(project))
+        message = "--replace-other-image is for --push only: add --push, or leave it out"
+    else:
+        result = invoke("container", "build", *args, "--push", "--project", str(project))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines[0] == "error: " + message.format(project=project)
+    assert len(lines) == 1 or lines[1].startswith("  images: ")  # the unknown name lists the valid ones
+    assert not list(project.rglob("*.sif")) and not list(project.rglob("*.digest"))

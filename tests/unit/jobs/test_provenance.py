@@ -204,3 +204,40 @@ def test_the_file_name_is_the_one_dvc_stages_know():
     from orchestrator.pipeline import stages
 
     assert provenance.FILE == stages.PROVENANCE_FILE == "provenance.json"
+
+
+def test_the_image_files_own_sha256_is_recorded_and_hashed_once(tmp_path, monkeypatch):
+    """The digest file names what went into an image; provenance names the exact file a job ran in."""
+    from orchestrator.util import files
+
+    lumi = selection.load_profile("lumi")
+    (tmp_path / "images").mkdir()
+    own = tmp_path / "images" / "klajster.sif"
+    own.write_bytes(b"a SIF")
+    prov = provenance.at_submission(tmp_path, git(), lumi, SCRIPT, "images/klajster.sif")  # relative to the project
+    assert prov["image"] == "images/klajster.sif" and prov["image_sha256"] == hashlib.sha256(b"a SIF").hexdigest()
+    monkeypatch.setattr(files, "sha256_file", lambda p: pytest.fail("hashed again although the image did not change"))
+    files._SHA256_MEMO.clear()  # a new process: the hash remembered beside the image still serves
+    assert provenance.at_submission(tmp_path, git(), lumi, SCRIPT, str(own))["image_sha256"] == prov["image_sha256"]
+    monkeypatch.undo()
+    own.write_bytes(b"another SIF")
+    assert provenance.at_submission(tmp_path, git(), lumi, SCRIPT, str(own))["image_sha256"] == hashlib.sha256(b"another SIF").hexdigest()
+
+
+def test_a_profile_image_path_is_filled_in_from_the_scripts_account(tmp_path, monkeypatch):
+    path = tmp_path / "cluster.yaml"
+    profile = yaml.safe_load(selection.load_profile("lumi").text)
+    profile["container"]["image"] = str(tmp_path) + "/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator.sif"
+    path.write_text(yaml.safe_dump(profile))
+    loaded = selection.load_profile(str(path))
+    monkeypatch.setenv("USER", "al")
+    image = tmp_path / "project_465000858" / "al" / "orchestrator.sif"
+    image.parent.mkdir(parents=True)
+    image.write_bytes(b"the cluster's image")
+    script = SCRIPT.replace("#SBATCH --nodes=2", "#SBATCH --account=project_465000858")
+    prov = provenance.at_submission(tmp_path, git(), loaded, script)
+    assert prov["image"] == profile["container"]["image"] and prov["image_sha256"] == hashlib.sha256(b"the cluster's image").hexdigest()
+    # No account in the script (the reference is known only in the job), or no such file here: no sha256, the path still.
+    assert "image_sha256" not in provenance.at_submission(tmp_path, git(), loaded, SCRIPT) and "image" in prov
+    image.unlink()
+    assert "image_sha256" not in provenance.at_submission(tmp_path, git(), loaded, script)
