@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analysis.runs import CURVES_DIR, METRICS_FILE
-from orchestrator.errors import PipelineError
+from orchestrator.config import params
+from orchestrator.errors import ConfigError, PipelineError
 from orchestrator.pipeline import stages
-from orchestrator.util import yamlio
 
 WORKSPACE = "workspace"  # the name that stands for the files as they are, as in `dvc exp show`
 PIPELINE_FILES = (stages.PIPELINE_FILE, "params.yaml")
@@ -43,7 +43,7 @@ class Revision:
                 self.fs.get_file(name, str(into / name))
         if not (into / stages.PIPELINE_FILE).is_file():
             raise PipelineError(f"revision {self.name!r} has no {stages.PIPELINE_FILE}", hints=["name a revision of this pipeline"])
-        cluster = _cluster_file(into / "params.yaml")
+        cluster = _cluster_file(into)
         if cluster and self.fs.isfile(cluster):
             (into / cluster).parent.mkdir(parents=True, exist_ok=True)
             self.fs.get_file(cluster, str(into / cluster))
@@ -107,15 +107,12 @@ def _experiments(repo: Any) -> list[str]:
         return []
 
 
-def _cluster_file(params: Path) -> str | None:
-    """The profile file params.yaml names as ``orchestrator.cluster``, if it names a relative path."""
-    if not params.is_file():
-        return None
+def _cluster_file(root: Path) -> str | None:
+    """The profile file the revision's params.yaml names as ``orchestrator.cluster``, if it names a relative path."""
     try:
-        data = yamlio.load_file(params)
-    except Exception:  # noqa: BLE001 - the pipeline's own reading of the file reports it
+        cluster = params.load(root).settings.cluster
+    except ConfigError:  # the pipeline's own reading of the file reports it
         return None
-    cluster = (data.get("orchestrator") or {}).get("cluster") if isinstance(data, dict) else None
     if isinstance(cluster, str) and cluster.endswith((".yaml", ".yml")) and not posixpath.isabs(cluster) and ".." not in cluster:
         return cluster
     return None
