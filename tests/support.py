@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -570,3 +571,42 @@ HOSTILE_DIR = "dir with space 'single' \"double\" $(touch ship-canary) `touch sh
 def sha(path: Path) -> str:
     """The sha256 of ``path``'s bytes, in hex."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- SIF files: images with the labels our definitions set (orchestrator/containers/identity.py) ---
+
+CREATED = 1795636898  # 2026-11-25T20:01:38Z, as a SIF header stores it
+_SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")
+_SIF_DESCRIPTOR = struct.Struct("<iBIIIqqqqqqq128s384s")
+
+
+def make_sif(labels: dict | None, *, definition: int = 1715, created: int = CREATED, tail: int = 4096) -> bytes:
+    """A SIF laid out as Apptainer 1.4 lays one out: header, 48 descriptors from 4096, the
+    definition, the inspect metadata with the labels, then a partition (random bytes)."""
+    total, table_at = 48, 4096
+    data_at = table_at + total * _SIF_DESCRIPTOR.size
+    deffile = b"B" * definition
+    meta = json.dumps({"data": {"attributes": {"labels": labels, "deffile": "..."}}}).encode() if labels is not None else b""
+    objects = [(0x4001, data_at, len(deffile))] + ([(0x4006, data_at + len(deffile), len(meta))] if labels is not None else [])
+    table = bytearray(total * _SIF_DESCRIPTOR.size)
+    for i, (kind, at, size) in enumerate(objects):
+        _SIF_DESCRIPTOR.pack_into(table, i * _SIF_DESCRIPTOR.size, kind, 1, i + 1, 0, 0, at, size, size, created, created, 0, 0, b"", b"")
+    header = _SIF_HEADER.pack(
+        b"#!/usr/bin/env run-singularity\n", b"SIF_MAGIC\0", b"01\0", b"02\0", os.urandom(16), created, created,
+        total - len(objects), total, table_at, len(table), data_at, len(deffile) + len(meta) + tail,
+    )  # fmt: skip
+    return header.ljust(table_at, b"\0") + bytes(table) + deffile + meta + os.urandom(tail)
+
+
+def sif_labels(name: str, content: str = "c") -> dict:
+    """The labels of image ``name`` of containers/images.yaml, whose content hash is ``content`` * 64."""
+    return {
+        "org.label-schema.build-arch": "amd64",
+        "org.orchestrator.image": name,
+        "org.orchestrator.content-hash": f"sha256:{content * 64}",
+    }
+
+
+def reader(data: bytes):
+    """``read(offset, size)`` over ``data``, as identity.sif_identity takes it."""
+    return lambda offset, size: data[offset : offset + size]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import cluster_option, project_option
+from orchestrator.cli.options import cluster_option, display_path, project_option
 from orchestrator.containers.build import DEFAULT_TIMEOUT, IMAGES_DIR, build
 from orchestrator.containers.images import CONTAINERS_DIR, ContainerError
 
@@ -110,11 +110,11 @@ def build_command(name, force, output, digest_file, overrides, timeout, push, cl
     except OSError as exc:  # an unwritable image folder, a full disk (our own errors: the main CLI reports them)
         click.secho(f"error: {exc}", err=True, fg="red")
         sys.exit(1)
-    where = _display(result.image)
+    where = display_path(result.image)
     size = progress.size_text(result.image.stat().st_size)
     if result.built:
         took = f"{result.seconds:.0f} s"
-        click.echo(f"{result.name}: built {where} ({size}, {result.digest}, {took}); digest in {_display(result.digest_file)}")
+        click.echo(f"{result.name}: built {where} ({size}, {result.digest}, {took}); digest in {display_path(result.digest_file)}")
     else:
         click.echo(f"{result.name}: up to date ({where}, {size}, {result.digest})")
     if destination is not None:
@@ -197,13 +197,6 @@ def push_target(ws) -> str:
     user = c.push_host.split("@", 1)[0] if "@" in c.push_host else getpass.getuser()
     values = {"USER": user, **({"SLURM_JOB_ACCOUNT": ws.params.settings.account} if ws.params.settings.account else {})}
     return f"{c.push_host}:{shipping.remote_image_path(c.image, values)}"
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 from orchestrator.cli import container_verbs  # noqa: E402, F401  (registers list, exec, shell and clean on the group)

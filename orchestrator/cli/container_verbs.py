@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.container import _display, container
-from orchestrator.cli.options import cluster_option, project_option, table
+from orchestrator.cli.container import container
+from orchestrator.cli.options import cluster_option, display_path, project_option, table
 from orchestrator.containers import catalog
 from orchestrator.containers.images import ContainerError
 from orchestrator.containers.progress import size_text
@@ -177,7 +177,7 @@ def _built(project: Path, name: str | None, verb: str, command: Sequence[str]) -
         )
     sif = catalog.images_folder(project) / f"{name}{catalog.SIF}"
     if not sif.is_file():
-        raise ContainerError(f"image {name!r} is not built yet (no {_display(sif)}): run `orchestrator container build {name}`")
+        raise ContainerError(f"image {name!r} is not built yet (no {display_path(sif)}): run `orchestrator container build {name}`")
     return sif
 
 
@@ -290,9 +290,9 @@ def clean_command(dry_run: bool, yes: bool, project: Path) -> None:
         click.echo(f"{name}: a build is running; its files are left alone", err=True)
     rows = plan.rows
     if not rows:
-        click.echo(f"nothing to clean in {_display(plan.folder)}")
+        click.echo(f"nothing to clean in {display_path(plan.folder)}")
         return
-    table(("path", "frees", "what"), [(_display(path), size_text(size), what) for path, size, what in rows])
+    table(("path", "frees", "what"), [(display_path(path), size_text(size), what) for path, size, what in rows])
     total = size_text(plan.total)
     click.echo(f"{len(rows)} item{'s' if len(rows) != 1 else ''}, {total} in all")
     if dry_run:
@@ -306,5 +306,5 @@ def clean_command(dry_run: bool, yes: bool, project: Path) -> None:
             return
     freed, skipped = catalog.remove(plan)
     for item in skipped:
-        click.echo(f"kept {_display(item.path)}: a build of {item.image} started meanwhile", err=True)
+        click.echo(f"kept {display_path(item.path)}: a build of {item.image} started meanwhile", err=True)
     click.echo(f"removed {len(rows) - len(skipped)} item{'s' if len(rows) - len(skipped) != 1 else ''}, freed {size_text(freed)}")

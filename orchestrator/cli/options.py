@@ -89,6 +89,14 @@ project_option = click.option(
 )
 
 
+def display_path(path: Path) -> str:
+    """A path as the user would type it here: relative to the working folder when under it, else as it is."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     from rich.console import Console
     from rich.table import Table

@@ -101,6 +101,51 @@ def stale_reason(stamp: Mapping, image_path: Path, chash: str, digests: Mapping[
     return "changed: " + ", ".join(what) if what else "content hash differs"
 
 
+# --- freshness: what the inputs hash to now, against the stamp -----------------------------------
+
+Digests = tuple[dict[str, str], dict[str, list]]  # what digest_inputs returns: the digests, the stat cache
+# Per input, what digest_inputs gives for it alone: several images share inputs (the
+# project source), which a listing of every image then hashes once.
+DigestMemo = dict[Input, Digests]
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """Whether the image at ``out`` is what its inputs make now: the check a build makes
+    before it decides to build, and what ``container list`` shows."""
+
+    stamp: dict  # the stamp beside out ({} when none)
+    digests: dict[str, str]  # digest_inputs: {identity: sha256} of the inputs now
+    cache: dict[str, list]  # the stat cache of the big files, for the next stamp
+    content_hash: str  # content-sha256:... of the definition and the inputs now
+    definition_sha: str  # sha256 of the definition as hashed
+    reason: str | None  # why out is not up to date (stale_reason); None: it is
+
+
+def freshness(prepared: Prepared, out: Path, memo: DigestMemo | None = None) -> Freshness:
+    """Hash ``prepared``'s inputs (big files known to the stamp beside ``out`` are not hashed
+    again) and compare with that stamp. ``memo``: inputs hashed for another image already."""
+    stamp = read_stamp(out)
+    digests, cache = _digest(prepared.inputs, stamp.get("stat_cache"), memo)
+    chash = content_hash(prepared.hashed_definition, digests)
+    definition_sha = hashlib.sha256(prepared.hashed_definition.encode()).hexdigest()
+    return Freshness(stamp, digests, cache, chash, definition_sha, stale_reason(stamp, out, chash, digests, definition_sha))
+
+
+def _digest(inputs: Sequence[Input], cache: Mapping[str, Sequence] | None, memo: DigestMemo | None) -> Digests:
+    """digest_inputs of ``inputs``; with ``memo``, each input hashed once across calls."""
+    if memo is None:
+        return digest_inputs(inputs, cache)
+    digests: dict[str, str] = {}
+    new_cache: dict[str, list] = {}
+    for inp in inputs:
+        if inp not in memo:
+            memo[inp] = digest_inputs([inp], cache)
+        digests.update(memo[inp][0])
+        new_cache.update(memo[inp][1])
+    return digests, new_cache
+
+
 # --- building ------------------------------------------------------------------------------------
 
 
@@ -147,29 +192,27 @@ def build(
     out = (output or project / IMAGES_DIR / f"{image.name}.sif").absolute()
     digest_file = (digest_file or project / CONTAINERS_DIR / f"{image.name}.digest").absolute()
     prepared = prepare(project, image)
-    stamp = read_stamp(out)
-    digests, cache = digest_inputs(prepared.inputs, stamp.get("stat_cache"))
-    chash = content_hash(prepared.hashed_definition, digests)
-    definition_sha = hashlib.sha256(prepared.hashed_definition.encode()).hexdigest()
-    reason = "--force" if force else stale_reason(stamp, out, chash, digests, definition_sha)
+    fresh = freshness(prepared, out)
+    reason = "--force" if force else fresh.reason
     if reason is None:
-        write_digest(digest_file, chash, say)
-        return Result(image.name, out, False, chash, stamp["digest"], digest_file, time.monotonic() - start)
+        write_digest(digest_file, fresh.content_hash, say)
+        return Result(image.name, out, False, fresh.content_hash, fresh.stamp["digest"], digest_file, time.monotonic() - start)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with _lock(out):
-        if not force and stale_reason(read_stamp(out), out, chash, digests, definition_sha) is None:  # built meanwhile
+        # Built meanwhile, by a build that held the lock before us?
+        if not force and stale_reason(read_stamp(out), out, fresh.content_hash, fresh.digests, fresh.definition_sha) is None:
             return build(project, name, runner, output=output, digest_file=digest_file, overrides=overrides, say=say, display=display)
         say(f"{image.name}: building ({reason}) with {Path(runtime).name} build --fakeroot; this can take minutes")
         commit = git_commit(project, _git_paths(project, image), runner)
         version = _runtime_version(runner, runtime)
-        sif_digest, chash, digests, cache = _build_into_place(runtime, runner, prepared, out, commit, cache, timeout, say, display)
+        sif_digest, chash, digests, cache = _build_into_place(runtime, runner, prepared, out, commit, fresh.cache, timeout, say, display)
         stamp = {
             "version": STAMP_VERSION,
             "name": image.name,
             "definition": image.template.name,
             "content_hash": chash,
-            "definition_sha256": definition_sha,
+            "definition_sha256": fresh.definition_sha,
             "git_commit": commit,
             "runtime": version,
             "digest": sif_digest,

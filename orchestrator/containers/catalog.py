@@ -23,22 +23,21 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import re
 import stat
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from orchestrator.containers import images, leftovers, push
-from orchestrator.containers.build import IMAGES_DIR, read_stamp, stale_reason
+from orchestrator.containers import identity, images, leftovers
+from orchestrator.containers.build import IMAGES_DIR, DigestMemo, freshness, read_stamp
+from orchestrator.containers.identity import PUSHES_SUFFIX
 from orchestrator.containers.images import IMAGES_FILE, ContainerError
-from orchestrator.containers.inputs import BIG_FILE, Input, content_hash, digest_inputs, prepare
+from orchestrator.containers.inputs import BIG_FILE, Input, prepare
 
-PUSHES_SUFFIX = ".pushes.json"  # push.pushes_path: <image>.sif.pushes.json, {"host:path": {"sha256", "at", "name"}}
 SIF = ".sif"
 State = Literal["up to date", "stale", "not built", "invalid"]
 
@@ -128,7 +127,7 @@ def entries(project: Path, *, folder: Path | None = None, now: float | None = No
     names = require_images_file(project)
     folder = folder or images_folder(project)
     now = time.time() if now is None else now
-    memo: dict[Input, tuple] = {}  # the project source is an input of several images: hashed once
+    memo: DigestMemo = {}  # the project source is an input of several images: hashed once
     return [_entry(project, name, folder / f"{name}{SIF}", now, memo) for name in names]
 
 
@@ -138,7 +137,7 @@ def entry(project: Path, name: str, *, folder: Path | None = None, now: float | 
     return _entry(project, name, folder / f"{name}{SIF}", time.time() if now is None else now, {})
 
 
-def _entry(project: Path, name: str, sif: Path, now: float, memo: dict[Input, tuple]) -> Entry:
+def _entry(project: Path, name: str, sif: Path, now: float, memo: DigestMemo) -> Entry:
     st = _stat(sif)
     stamp = read_stamp(sif) if st else {}
     built = {
@@ -156,25 +155,15 @@ def _entry(project: Path, name: str, sif: Path, now: float, memo: dict[Input, tu
         prepared = prepare(project, image)
         if st is None and any(_big(i) for i in prepared.inputs):
             return Entry(name, description, sif, "not built", "no image yet", current_hash=None, **built)
-        digests = _digests(prepared.inputs, stamp.get("stat_cache"), memo)
+        fresh = freshness(prepared, sif, memo)
     except ContainerError as exc:
         return Entry(name, description, sif, "invalid", _one_line(exc), current_hash=None, **built)
     except OSError as exc:  # an input vanished or cannot be read between listing and hashing
         return Entry(name, description, sif, "invalid", f"cannot read {exc.filename}: {exc.strerror}", current_hash=None, **built)
-    chash = content_hash(prepared.hashed_definition, digests)
-    definition_sha = hashlib.sha256(prepared.hashed_definition.encode()).hexdigest()
     if st is None:
-        return Entry(name, description, sif, "not built", "no image yet", current_hash=chash, **built)
-    reason = stale_reason(stamp, sif, chash, digests, definition_sha)
-    return Entry(name, description, sif, "stale" if reason else "up to date", reason, current_hash=chash, **built)
-
-
-def _digests(inputs: Sequence[Input], cache: Mapping[str, Sequence] | None, memo: dict[Input, tuple]) -> dict[str, str]:
-    """digest_inputs of ``inputs``, each input hashed once per listing (keyed as digest_inputs keys it)."""
-    for inp in inputs:
-        if inp not in memo:
-            memo[inp] = tuple(digest_inputs([inp], cache)[0].items())
-    return {key: digest for inp in inputs for key, digest in memo[inp]}
+        return Entry(name, description, sif, "not built", "no image yet", current_hash=fresh.content_hash, **built)
+    state: State = "stale" if fresh.reason else "up to date"
+    return Entry(name, description, sif, state, fresh.reason, current_hash=fresh.content_hash, **built)
 
 
 def _big(inp: Input) -> bool:
@@ -182,11 +171,11 @@ def _big(inp: Input) -> bool:
 
 
 def read_pushes(sif: Path) -> tuple[Push, ...]:
-    """The push record beside ``sif`` (push.read_pushes), newest first; none when absent or
+    """The push record beside ``sif`` (identity.read_pushes), newest first; none when absent or
     unreadable (it is only a record: the push itself verified the file at the destination)."""
     found = [
         Push(str(target), _hex(str(v.get("sha256") or "")), str(v.get("at") or ""), str(v.get("name") or ""))
-        for target, v in push.read_pushes(sif).items()
+        for target, v in identity.read_pushes(sif).items()
     ]
     return tuple(sorted(found, key=lambda p: p.at, reverse=True))
 

@@ -16,7 +16,8 @@ a check here after the first (jobs only ever open the final path):
    ``NAME.orchestrator.json`` (name, sha256, content hash, size, build and push times),
    trusted only while the file is not newer than it and has its size; else from the
    image's own ``org.orchestrator.image`` label, parsed from the SIF's descriptors in
-   those 64 KiB (no container runtime needed on the host). A file whose name neither
+   those 64 KiB (no container runtime needed on the host; both are read by
+   :mod:`~orchestrator.containers.identity`). A file whose name neither
    gives is "of unknown name" and refused the same way. The same name with other
    content (a newer build of the same image) is the usual update and goes ahead.
 3. transfer to a hidden temporary name beside the final one, ``.NAME.part``, with
@@ -40,7 +41,7 @@ with its size; one that was interrupted keeps it for the next push to resume (se
 
 Each successful push (or a verified "nothing to push") is also recorded beside the
 LOCAL image, in ``NAME.sif.pushes.json``: ``{target: {"sha256", "at", "name"}}``, which
-``orchestrator container list`` shows.
+``orchestrator container list`` shows (:func:`~orchestrator.containers.identity.record_push`).
 
 Remote commands: each is a constant one-line POSIX sh script run as
 ``sh -c SCRIPT sh ARG...``, and every word of that line is ``shlex.quote``d. ssh joins
@@ -62,21 +63,29 @@ the same temporary name, guard, mode, verification, rename and record, in Python
 from __future__ import annotations
 
 import errno
-import json
 import os
 import posixpath
 import re
 import shlex
 import shutil
-import socket
-import struct
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, NoReturn
 
+from orchestrator.containers.identity import (
+    HEAD_BYTES,
+    NAME_LABEL,
+    SIDECAR_SUFFIX,
+    Identity,
+    identify,
+    identity_at,
+    record_push,
+    sidecar_identity,
+    sidecar_text,
+    sif_identity,
+)
 from orchestrator.errors import OrchestratorError
 from orchestrator.scripts import quoting
 from orchestrator.util import files, patterns
@@ -226,136 +235,6 @@ def _stat_image(image: Path) -> os.stat_result:
     return st
 
 
-# --- what an image file holds: its name, content hash and build time ----------------------
-
-NAME_LABEL = "org.orchestrator.image"
-CONTENT_LABEL = "org.orchestrator.content-hash"
-SIDECAR_SUFFIX = ".orchestrator.json"
-# Of a remote file that is not this image, read for its labels: a SIF's header and
-# descriptor table take ~32 KiB, then come the definition and the metadata with the
-# labels (38 KiB into the CI image). Labels further in read as "unknown name".
-HEAD_BYTES = 64 << 10
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Which image a file is: its containers/images.yaml name (None: unknown), content hash, build time."""
-
-    name: str | None
-    content_hash: str | None = None
-    built_at: str | None = None
-
-    def describe(self) -> str:
-        """``image 'ci' (built 2026-11-25T20:01:38+0000, content sha256:0ad704e9f635)``."""
-        details = [f"built {self.built_at}"] if self.built_at else []
-        details += [f"content {self.content_hash[:19]}"] if self.content_hash else []
-        return f"image {self.name!r}" + (f" ({', '.join(details)})" if details else "")
-
-
-# The SIF format (github.com/apptainer/sif, little-endian, packed): a 128-byte header, a
-# table of 585-byte descriptors, then the data objects the descriptors point to.
-_SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")  # launch script, magic, version, arch, id; created, modified,
-# descriptors free/total/offset/size, data offset/size
-_SIF_DESCRIPTOR = struct.Struct("<iBIIIqqqqqqq128s384s")  # type, used, id, group, link; offset, size, padded size,
-# created, modified, uid, gid; name, extra
-_SIF_MAGIC = b"SIF_MAGIC\0"
-_SIF_JSON = 0x4006  # a generic JSON object: Apptainer's and Singularity's inspect metadata, with the %labels
-_SIF_MAX_DESCRIPTORS = 4096
-_SIF_MAX_JSON = 1 << 20
-
-
-def sif_identity(read: Callable[[int, int], bytes]) -> Identity | None:
-    """What a SIF's own labels (``org.orchestrator.image``, ``...content-hash``) and header
-    (its creation time) say it is; None when it is not a SIF or its metadata is out of reach.
-
-    ``read(offset, size)`` gives the file's bytes there: fewer when the file, or the part
-    of it at hand (the first 64 KiB of a remote file), ends before. Pure parsing, no
-    runtime: the push host needs no Apptainer.
-    """
-    header = read(0, _SIF_HEADER.size)
-    if len(header) < _SIF_HEADER.size:
-        return None
-    fields = _SIF_HEADER.unpack(header)
-    magic, created, total, table_at, table_size = fields[1], fields[5], fields[8], fields[9], fields[10]
-    if magic != _SIF_MAGIC or not 0 < total <= _SIF_MAX_DESCRIPTORS or table_size != total * _SIF_DESCRIPTOR.size:
-        return None
-    table = read(table_at, table_size)
-    if len(table) < table_size:
-        return None
-    built = _utc(created)
-    for i in range(total):
-        kind, used, *_, at, size = _SIF_DESCRIPTOR.unpack_from(table, i * _SIF_DESCRIPTOR.size)[:7]
-        if not used or kind != _SIF_JSON or not 0 < size <= _SIF_MAX_JSON:
-            continue
-        data = read(at, size)
-        if len(data) < size:
-            return None
-        try:
-            labels = json.loads(data)["data"]["attributes"]["labels"]
-        except (ValueError, KeyError, TypeError):
-            continue  # another JSON object
-        if isinstance(labels, dict):
-            return Identity(_text(labels.get(NAME_LABEL)), _text(labels.get(CONTENT_LABEL)), built)
-    return Identity(None, None, built)  # a SIF without labels
-
-
-def identify(image: Path) -> Identity:
-    """The local image's identity: its own labels, else the build stamp beside it (which
-    also gives the build time, when it describes this very file)."""
-    from orchestrator.containers.build import read_stamp
-
-    try:
-        with open(image, "rb") as f:
-
-            def read(offset: int, size: int) -> bytes:
-                f.seek(offset)
-                return f.read(size)
-
-            sif = sif_identity(read) or Identity(None)
-    except OSError:
-        sif = Identity(None)
-    stamp = read_stamp(image)
-    try:
-        st = image.stat()
-        if [st.st_size, st.st_mtime_ns] != [stamp.get("size"), stamp.get("mtime_ns")]:
-            stamp = {}  # it describes an earlier file at this path
-    except OSError:
-        stamp = {}
-    return Identity(
-        sif.name or _text(stamp.get("name")),
-        sif.content_hash or _text(stamp.get("content_hash")),
-        _text(stamp.get("built_at")) or sif.built_at,
-    )
-
-
-def sidecar_text(ours: Identity, digest: str, size: int) -> str:
-    """The record a push writes beside the image it installed: one line of ASCII JSON."""
-    record = {
-        "name": ours.name,
-        "sha256": digest,
-        "content_hash": ours.content_hash,
-        "built_at": ours.built_at,
-        "size": size,
-        "pushed_at": _now(),
-        "pushed_from": socket.gethostname(),
-    }
-    return json.dumps(record, sort_keys=True)
-
-
-def sidecar_identity(text: str | None, size: int | None, sha256: str | None) -> Identity | None:
-    """The identity a sidecar gives, while it still describes the file beside it: same
-    size, and same sha256 when that is known. None: no sidecar, or a stale or broken one."""
-    if text is None or size is None:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.get("size") != size or (sha256 and data.get("sha256") != sha256):
-        return None
-    return Identity(_text(data.get("name")), _text(data.get("content_hash")), _text(data.get("built_at")))
-
-
 def guard(where: str, there: Identity, image: Path, ours: Identity, replace: bool, say: Callable[[str], None]) -> None:
     """Refuse to put ``ours`` over a file that holds another image, or one of unknown name."""
     if there.name is not None and there.name == ours.name:
@@ -370,47 +249,6 @@ def guard(where: str, there: Identity, image: Path, ours: Identity, replace: boo
         return
     gave = repr(ours.name) if ours.name else f"{image}, which has no {NAME_LABEL} label"
     raise OtherImageThere(f"{where} holds {held}, you gave {gave}; pass {REPLACE_FLAG} to overwrite")
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _utc(seconds: int) -> str | None:
-    if not 0 < seconds < 1 << 34:
-        return None
-    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-# --- where the local image was pushed (for `orchestrator container list`) -------------------
-
-
-def pushes_path(image: Path) -> Path:
-    return image.with_name(image.name + ".pushes.json")
-
-
-def read_pushes(image: Path) -> dict[str, dict]:
-    """``{target: {"sha256": HEX, "at": ISO-8601, "name": NAME}}``; {} when never pushed (or unreadable)."""
-    try:
-        data = json.loads(pushes_path(image).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
-
-
-def record_push(image: Path, target: str, digest: str, name: str | None, say: Callable[[str], None]) -> None:
-    """Add ``target`` to the image's push record. Read, update, rename: two pushes of one
-    image ending in the same instant could lose one entry, which only `list` shows."""
-    pushes = read_pushes(image)
-    pushes[target] = {"sha256": digest, "at": _now(), "name": name}
-    try:
-        files.atomic_write(pushes_path(image), json.dumps(pushes, indent=1, sort_keys=True) + "\n")
-    except OSError as exc:  # a read-only image folder: the push itself succeeded
-        say(f"note: could not record the push in {pushes_path(image)}: {exc.strerror or exc}")
 
 
 def _mode_for(local_mode: int) -> int:
@@ -810,7 +648,7 @@ def _copy_here(
                 say(f"{dest} is already this image (sha256 {digest[:12]}); nothing to copy")
                 _heal_here(dest, mode, sidecar, ours, digest, size)
                 return PushResult(target, None, str(dest), digest, size, False, 0, "skip")
-            guard(str(dest), _identity_here(dest, sidecar, there_size, there_sha), image, ours, replace, say)
+            guard(str(dest), identity_at(dest, sidecar, there_size, there_sha), image, ours, replace, say)
     except OSError as exc:
         raise fail(f"cannot read {dest}", exc) from exc
     say(f"copying {image} ({size:,} bytes) to {dest}")
@@ -845,32 +683,13 @@ def _copy_here(
     return PushResult(target, None, str(dest), digest, size, True, size, "copy")
 
 
-def _identity_here(dest: Path, sidecar: Path, size: int, sha: str | None) -> Identity:
-    """What ``dest`` holds, as the remote probe reads it (the sidecar while ``dest`` is not newer, else its labels)."""
-    there = None
-    try:
-        if dest.stat().st_mtime_ns <= sidecar.stat().st_mtime_ns:
-            there = sidecar_identity(sidecar.read_text(errors="replace"), size, sha)
-    except OSError:
-        pass
-    if there is None:
-        with open(dest, "rb") as f:
-
-            def read(offset: int, n: int) -> bytes:
-                f.seek(offset)
-                return f.read(n)
-
-            there = sif_identity(read)
-    return there or Identity(None)
-
-
 def _heal_here(dest: Path, mode: int, sidecar: Path, ours: Identity, digest: str, size: int) -> None:
     """The image is already at ``dest``: give it the mode a copy gives, and a sidecar if it has none (best effort)."""
     try:
         os.chmod(dest, mode)
     except OSError:
         pass  # another user's file
-    there = _identity_here(dest, sidecar, size, digest)
+    there = identity_at(dest, sidecar, size, digest)
     if there.name != ours.name or not sidecar.is_file():
         _write_sidecar_here(sidecar, sidecar_text(ours, digest, size), lambda _: None)
 

@@ -126,7 +126,7 @@ def test_the_project_source_is_hashed_once_for_all_images(tiny, monkeypatch):
     )
     seen = []
     real = inputs.digest_inputs
-    monkeypatch.setattr(catalog, "digest_inputs", lambda todo, cache: (seen.extend(i.dest for i in todo), real(todo, cache))[1])
+    monkeypatch.setattr(build, "digest_inputs", lambda todo, cache: (seen.extend(i.dest for i in todo), real(todo, cache))[1])
     found = by_name(tiny)
     assert found["a"].current_hash == inputs.current_hash(tiny, "a") and found["b"].current_hash == inputs.current_hash(tiny, "b")
     assert len(seen) == len(set(seen)) and "src/pkg/mod.py" in seen

@@ -14,15 +14,14 @@ import os
 import shlex
 import shutil
 import stat
-import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 from fakes import FakeRunner, ok
-from support import HOSTILE_DIR, invoke, make_tiny, sha
+from support import HOSTILE_DIR, invoke, make_sif, make_tiny, sha, sif_labels
 
-from orchestrator.containers import push
+from orchestrator.containers import identity, push
 from orchestrator.util.runner import Completed
 
 STATS = """
@@ -395,81 +394,6 @@ def test_local_copy_is_verified_atomic_and_skipped_the_second_time(image, tmp_pa
     assert runner.calls == []
 
 
-# --- which image a file holds: SIF labels, the local identity ---------------------------------
-
-CREATED = 1795636898  # 2026-11-25T20:01:38Z, as a SIF header stores it
-SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")
-SIF_DESCRIPTOR = struct.Struct("<iBIIIqqqqqqq128s384s")
-
-
-def make_sif(labels: dict | None, *, definition: int = 1715, created: int = CREATED, tail: int = 4096) -> bytes:
-    """A SIF laid out as Apptainer 1.4 lays one out: header, 48 descriptors from 4096, the
-    definition, the inspect metadata with the labels, then a partition (random bytes)."""
-    total, table_at = 48, 4096
-    data_at = table_at + total * SIF_DESCRIPTOR.size
-    deffile = b"B" * definition
-    meta = json.dumps({"data": {"attributes": {"labels": labels, "deffile": "..."}}}).encode() if labels is not None else b""
-    objects = [(0x4001, data_at, len(deffile))] + ([(0x4006, data_at + len(deffile), len(meta))] if labels is not None else [])
-    table = bytearray(total * SIF_DESCRIPTOR.size)
-    for i, (kind, at, size) in enumerate(objects):
-        SIF_DESCRIPTOR.pack_into(table, i * SIF_DESCRIPTOR.size, kind, 1, i + 1, 0, 0, at, size, size, created, created, 0, 0, b"", b"")
-    header = SIF_HEADER.pack(
-        b"#!/usr/bin/env run-singularity\n", b"SIF_MAGIC\0", b"01\0", b"02\0", os.urandom(16), created, created,
-        total - len(objects), total, table_at, len(table), data_at, len(deffile) + len(meta) + tail,
-    )  # fmt: skip
-    return header.ljust(table_at, b"\0") + bytes(table) + deffile + meta + os.urandom(tail)
-
-
-def labels(name: str, content: str = "c") -> dict:
-    return {
-        "org.label-schema.build-arch": "amd64",
-        "org.orchestrator.image": name,
-        "org.orchestrator.content-hash": f"sha256:{content * 64}",
-    }
-
-
-def reader(data: bytes):
-    return lambda offset, size: data[offset : offset + size]
-
-
-def test_sif_identity_reads_the_labels_and_the_build_time():
-    got = push.sif_identity(reader(make_sif(labels("lumi", "a"))))
-    assert got == push.Identity("lumi", f"sha256:{'a' * 64}", "2026-11-25T20:01:38+00:00")
-    assert got.describe() == "image 'lumi' (built 2026-11-25T20:01:38+00:00, content sha256:aaaaaaaaaaaa)"
-
-
-def test_sif_identity_of_files_it_cannot_name():
-    assert push.sif_identity(reader(b"an older image")) is None
-    assert push.sif_identity(reader(os.urandom(1 << 16))) is None
-    assert push.sif_identity(reader(make_sif(None))) == push.Identity(None, None, "2026-11-25T20:01:38+00:00")  # a SIF, no labels
-    # Labels beyond the 64 KiB a probe reads (a long definition): not in reach, so unknown.
-    big = make_sif(labels("lumi"), definition=40_000)
-    assert push.sif_identity(reader(big[: push.HEAD_BYTES])) is None
-    assert push.sif_identity(reader(big)).name == "lumi"
-    assert push.sif_identity(reader(make_sif(labels("lumi"))[:8000])) is None  # the table cut off
-
-
-def test_identify_a_local_image_by_its_labels_and_its_stamps_build_time(tmp_path):
-    from orchestrator.containers import build
-
-    image = tmp_path / "ci.sif"
-    image.write_bytes(make_sif(labels("ci")))
-    assert push.identify(image) == push.Identity("ci", f"sha256:{'c' * 64}", "2026-11-25T20:01:38+00:00")
-    st = image.stat()
-    stamp = {
-        "version": build.STAMP_VERSION,
-        "name": "ci",
-        "built_at": "2026-11-25T21:01:38+0100",
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-    }
-    build.stamp_path(image).write_text(json.dumps(stamp))
-    assert push.identify(image).built_at == "2026-11-25T21:01:38+0100"
-    unlabelled = tmp_path / "own.sif"
-    unlabelled.write_bytes(b"not a sif")
-    assert push.identify(unlabelled) == push.Identity(None)
-
-
 # --- the guard: never install another image over the one there --------------------------------
 
 
@@ -478,7 +402,7 @@ def named_image(tmp_path) -> Path:
     """A local SIF labelled as image 'ci'."""
     path = tmp_path / "build" / "ci.sif"
     path.parent.mkdir()
-    path.write_bytes(make_sif(labels("ci")))
+    path.write_bytes(make_sif(sif_labels("ci")))
     return path
 
 
@@ -492,7 +416,7 @@ def found(size: int, sidecar: dict | None = None, head: bytes | None = None, par
     if sidecar is not None:
         out += f"orchestrator-ship: sidecar {json.dumps(sidecar)}\n"
     if head is not None:
-        out += f"orchestrator-ship: head\n{od(head[: push.HEAD_BYTES])}orchestrator-ship: end\n"
+        out += f"orchestrator-ship: head\n{od(head[: identity.HEAD_BYTES])}orchestrator-ship: end\n"
     if part:
         out += f"orchestrator-ship: part {part}\n"
     return Completed((), 0, out, "")
@@ -506,7 +430,7 @@ REFUSED = (
 
 
 def test_guard_refuses_another_image_named_by_the_sidecar(named_image):
-    runner = fake_remote(probe=found(999, sidecar=LUMI, head=make_sif(labels("lumi"))))
+    runner = fake_remote(probe=found(999, sidecar=LUMI, head=make_sif(sif_labels("lumi"))))
     with pytest.raises(push.OtherImageThere) as err:
         push.push(named_image, "alice@lumi:/p/orchestrator.sif", runner)
     assert str(err.value) == REFUSED and err.value.exit_code == 2
@@ -526,14 +450,14 @@ def test_guard_lets_the_same_image_through_and_another_only_when_asked(named_ima
 
 
 def test_guard_reads_the_images_own_label_without_a_sidecar(named_image):
-    runner = fake_remote(probe=found(70_000, head=make_sif(labels("rocm", "d"), tail=70_000)))
+    runner = fake_remote(probe=found(70_000, head=make_sif(sif_labels("rocm", "d"), tail=70_000)))
     with pytest.raises(push.OtherImageThere, match=r"holds image 'rocm' \(built 2026-11-25T20:01:38\+00:00, content sha256:dddd"):
         push.push(named_image, "h:/p/o.sif", runner)
 
 
 def test_a_sidecar_that_no_longer_describes_the_file_is_not_trusted(named_image):
     stale = {**LUMI, "name": "ci", "size": 12345}  # the file there was replaced by hand since
-    runner = fake_remote(probe=found(999, sidecar=stale, head=make_sif(labels("nvidia"))))
+    runner = fake_remote(probe=found(999, sidecar=stale, head=make_sif(sif_labels("nvidia"))))
     with pytest.raises(push.OtherImageThere, match="holds image 'nvidia'"):
         push.push(named_image, "h:/p/o.sif", runner)
     unknown = fake_remote(probe=found(999, sidecar=stale, head=b"not a sif"))
@@ -607,11 +531,11 @@ def test_guard_with_the_real_probe_script(named_image, tmp_path):
     final = tmp_path / "remote" / HOSTILE_DIR / "o.sif"
     push.push(named_image, f"h:{final}", runner)
     lumi = tmp_path / "lumi.sif"
-    lumi.write_bytes(make_sif(labels("lumi")))
+    lumi.write_bytes(make_sif(sif_labels("lumi")))
     with pytest.raises(push.OtherImageThere, match=r"holds image 'ci' \(built 2026-11-25T20:01:38\+00:00, content sha256:cccc"):
         push.push(lumi, f"h:{final}", runner)  # read from the sidecar the first push wrote
     # Replaced by hand since: the sidecar is older than the file, its label is read instead.
-    final.write_bytes(make_sif(labels("rocm"), tail=100_000))
+    final.write_bytes(make_sif(sif_labels("rocm"), tail=100_000))
     os.utime(final, ns=(final.stat().st_atime_ns, Path(f"{final}.orchestrator.json").stat().st_mtime_ns + 10**9))
     with pytest.raises(push.OtherImageThere, match="holds image 'rocm'"):
         push.push(lumi, f"h:{final}", runner)
@@ -689,25 +613,25 @@ def test_each_push_is_recorded_beside_the_local_image(named_image):
     digest = sha(named_image)
     probe = Completed((), 0, f"orchestrator-ship: final {named_image.stat().st_size}\norchestrator-ship: sha256 {digest}\n", "")
     push.push(named_image, "bob@mahti:/q/o.sif", fake_remote(probe=probe))  # nothing sent: recorded all the same
-    record = json.loads(push.pushes_path(named_image).read_text())
-    assert push.pushes_path(named_image).name == "ci.sif.pushes.json"
+    record = json.loads(identity.pushes_path(named_image).read_text())
+    assert identity.pushes_path(named_image).name == "ci.sif.pushes.json"
     assert sorted(record) == ["alice@lumi:/p/o.sif", "bob@mahti:/q/o.sif"]
     for entry in record.values():
         assert set(entry) == {"sha256", "at", "name"} and (entry["sha256"], entry["name"]) == (digest, "ci")
         assert datetime.fromisoformat(entry["at"]).tzinfo is not None
-    assert push.read_pushes(named_image) == record
+    assert identity.read_pushes(named_image) == record
 
 
 def test_a_refused_push_is_not_recorded(named_image):
     with pytest.raises(push.OtherImageThere):
         push.push(named_image, "h:/p/o.sif", fake_remote(probe=found(999, sidecar=LUMI)))
-    assert not push.pushes_path(named_image).exists()
+    assert not identity.pushes_path(named_image).exists()
 
 
 def test_local_copy_guard_and_mode(named_image, tmp_path):
     dest = tmp_path / "shared" / "o.sif"
     dest.parent.mkdir()
-    dest.write_bytes(make_sif(labels("lumi")))
+    dest.write_bytes(make_sif(sif_labels("lumi")))
     runner = FakeRunner(installed=set())
     with pytest.raises(push.OtherImageThere, match=f"^{dest} holds image 'lumi'"):
         push.push(named_image, str(dest), runner)
@@ -717,7 +641,7 @@ def test_local_copy_guard_and_mode(named_image, tmp_path):
     assert push.push(named_image, str(dest), runner, replace_other_image=True).transferred
     assert sha(dest) == sha(named_image) and mode(dest) == 0o644 & ~umask()
     other = tmp_path / "lumi.sif"
-    other.write_bytes(make_sif(labels("lumi")))
+    other.write_bytes(make_sif(sif_labels("lumi")))
     with pytest.raises(push.OtherImageThere, match="holds image 'ci'"):  # from the sidecar the copy wrote
         push.push(other, str(dest), runner)
 
