@@ -17,7 +17,7 @@ import pytest
 # The helpers' own asserts get pytest's detailed messages too; registered before they are imported.
 pytest.register_assert_rewrite("fakes", "support")
 
-from support import ROOT, container_cli, fabricate, invoke, make_project, make_tiny, require_root_and_apt, skip_or_fail  # noqa: E402
+from support import IMAGE_CACHE, ROOT, container_cli, fabricate, invoke, make_project, make_tiny, require_root_and_apt, skip_or_fail  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -234,8 +234,6 @@ def apptainer() -> str:
 
 
 # --- the CI image (Apptainer), shared by the container and container-job tests ---------------
-
-IMAGE_CACHE = Path(os.environ.get("ORCHESTRATOR_IMAGE_CACHE", "/var/cache/orchestrator-images"))
 
 
 @pytest.fixture(scope="session")

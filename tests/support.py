@@ -306,6 +306,10 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
+# Where the CI image is cached by content hash, across sessions (the `ci_image` fixture).
+IMAGE_CACHE = Path(os.environ.get("ORCHESTRATOR_IMAGE_CACHE", "/var/cache/orchestrator-images"))
+
+
 def run_orchestrator(*args: str, cwd: Path, env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     """`orchestrator ARGS` in a fresh process (``python -m orchestrator``), as users and DVC run it."""
     return subprocess.run(

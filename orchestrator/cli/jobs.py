@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.options import cluster_option, project_option, table
+from orchestrator.cli.remote import hinting, remote_option, run_remote
 from orchestrator.errors import OrchestratorError
 from orchestrator.pipeline.runargs import run_options, spec_from_options
 
@@ -43,18 +44,30 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
     is_flag=True,
     help="Submit every orchestrated item of TARGETS again, also those whose last job succeeded (like `dvc repro -f`).",
 )
-def submit(targets: tuple[str, ...], cluster: str | None, project: Path, force: bool) -> None:
+@remote_option
+@click.option("--with-changes", is_flag=True, help="With --remote: also send the uncommitted changes (tracked, and untracked not ignored).")
+def submit(targets: tuple[str, ...], cluster: str | None, project: Path, force: bool, remote: bool, with_changes: bool) -> None:
     """Submit every stale orchestrated item at once and return (you may log out).
 
     Downstream items wait for their upstream jobs (--dependency=afterok). A last
     small job records the results in DVC when all have ended (profiles with a
     service_partition); otherwise run `dvc repro` then: it attaches to the jobs.
+
+    With --remote, from a workstation: the committed state is sent to the project's
+    folder on the login node (`orchestrator remote sync`), and the submit runs there,
+    detached; its output streams here. Cut off, it finishes there; run it again to follow it.
     """
     from orchestrator.jobs import detached
     from orchestrator.util.runner import SubprocessRunner
 
+    if with_changes and not remote:
+        raise OrchestratorError("--with-changes goes with --remote (it says what to send to the login node)")
+    if remote:
+        argv = ["submit", *targets, *(["--cluster", cluster] if cluster else []), *(["--force"] if force else [])]
+        return run_remote(project, cluster, argv, sync=True, with_changes=with_changes)
     say = lambda line: click.echo(f"orchestrator: {line}", err=True)  # noqa: E731
-    done = detached.submit(project, cluster, SubprocessRunner(), targets, say=say, force=force)
+    with hinting(project, cluster):
+        done = detached.submit(project, cluster, SubprocessRunner(), targets, say=say, force=force)
     if not done:
         click.echo("nothing to submit: every orchestrated stage is up to date")
         return
@@ -141,13 +154,18 @@ SHOWN_ROWS = 60
 @click.option("--all", "-a", "all_rows", is_flag=True, help=f"List every array task, also past {SHOWN_ROWS} rows.")
 @click.option("--sweep", "sweep_name", default=None, metavar="NAME", help="The items of sweep NAME's points not yet saved as experiments.")
 @project_option
-def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: str | None, project: Path) -> None:
+@remote_option
+def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: str | None, project: Path, remote: bool) -> None:
     """One table of the submitted items: state, job id, nodes, elapsed, exit code.
 
     Job arrays get a line each (tasks per state). Past 60 rows, the array tasks
     that are pending or completed are left out of the table (running and failed ones stay).
     """
     import time
+
+    if remote:
+        flags = [*(["--watch"] if watch else []), *(["--all"] if all_rows else []), *(["--sweep", sweep_name] if sweep_name else [])]
+        return run_remote(project, None, ["status", *targets, *flags])
 
     from orchestrator.jobs import status as st
     from orchestrator.slurm.states import State
@@ -163,7 +181,8 @@ def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: st
         points = [(project / p.folder, p.name) for p in made.points if not p.saved and (project / p.folder).is_dir()]
         click.echo(f"sweep {made.name}: {len(made.points)} points, {sum(p.saved for p in made.points)} saved as experiments")
     while True:
-        rows = st.refresh_all(points, runner) if sweep_name is not None else st.refresh(project, runner, targets)
+        with hinting(project, None):
+            rows = st.refresh_all(points, runner) if sweep_name is not None else st.refresh(project, runner, targets)
         arrays = st.summaries(rows)
         if len(rows) > SHOWN_ROWS and not all_rows:
             # A sweep's hundreds of tasks: one row per array (`--all` or an item name lists them).
@@ -211,9 +230,13 @@ def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: st
 @click.argument("item")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the job writes, until it ends.")
 @project_option
-def logs(item: str, follow: bool, project: Path) -> None:
+@remote_option
+def logs(item: str, follow: bool, project: Path, remote: bool) -> None:
     """Print the log of ITEM's newest job."""
     import time
+
+    if remote:
+        return run_remote(project, None, ["logs", item, *(["--follow"] if follow else [])])
 
     from orchestrator.jobs import status as st
     from orchestrator.util.runner import SubprocessRunner
@@ -230,7 +253,8 @@ def logs(item: str, follow: bool, project: Path) -> None:
             sys.stdout.flush()
         if not follow:
             if not path.exists():
-                raise OrchestratorError(f"{item}: no log yet at {path} (the job may still be pending)")
+                with hinting(project, None):
+                    raise OrchestratorError(f"{item}: no log yet at {path} (the job may still be pending)")
             return
         (row,) = st.refresh(project, SubprocessRunner(), [item])
         if row.state.final and path.exists() and path.stat().st_size == offset:
@@ -242,23 +266,31 @@ def logs(item: str, follow: bool, project: Path) -> None:
 @click.command()
 @click.argument("item")
 @project_option
-def show(item: str, project: Path) -> None:
+@remote_option
+def show(item: str, project: Path, remote: bool) -> None:
     """How ITEM's newest job was produced: code, profile, script, job, nodes; and how to re-run it."""
     from orchestrator.jobs import ledger, provenance
     from orchestrator.jobs import status as st
     from orchestrator.util import yamlio
 
-    record = st.one(project, item)
+    if remote:
+        return run_remote(project, None, ["show", item])
+    with hinting(project, None):
+        record = st.one(project, item)
     click.echo(yamlio.dump(provenance.of(record, ledger.Ledger(project).records(record.item))), nl=False)
 
 
 @click.command()
 @click.argument("targets", nargs=-1)
 @project_option
-def cancel(targets: tuple[str, ...], project: Path) -> None:
+@remote_option
+def cancel(targets: tuple[str, ...], project: Path, remote: bool) -> None:
     """Cancel the running and pending jobs of TARGETS (default: all submitted items)."""
     from orchestrator.jobs import status as st
     from orchestrator.util.runner import SubprocessRunner
 
-    ids = st.cancel(project, SubprocessRunner(), targets)
+    if remote:
+        return run_remote(project, None, ["cancel", *targets])
+    with hinting(project, None):
+        ids = st.cancel(project, SubprocessRunner(), targets)
     click.echo(f"cancelled {len(ids)} job(s){': ' + ' '.join(ids) if ids else ''}")

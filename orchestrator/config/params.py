@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from orchestrator.config.profile import HOST_PATTERN
 from orchestrator.errors import ConfigError
 from orchestrator.slurm import times
 from orchestrator.util import yamlio
@@ -63,6 +64,9 @@ class Settings:
     # dependency paths, relative to the project, or folders above them. Set it per cluster
     # (clusters: NAME: orchestrator: read_in_place: [...]) where the shared storage is fast.
     read_in_place: tuple[str, ...] = ()
+    # The cluster's login node for `--remote` (orchestrator.remote), in place of the profile's
+    # login.host: an alias of your own ~/.ssh/config, or [user@]host.
+    login_host: str | None = None
 
     @property
     def image_file(self) -> str | None:
@@ -197,6 +201,11 @@ def from_data(data: Mapping[str, Any], source: str) -> Params:
         raise ConfigError(
             f"{source}: orchestrator.array_parallel is {settings.array_parallel!r}; "
             "give the most tasks of one job array to run at once, a whole number of at least 1 (or leave it out: no cap)"
+        )
+    if settings.login_host is not None and not HOST_PATTERN.fullmatch(settings.login_host):
+        raise ConfigError(
+            f"{source}: orchestrator.login_host is {settings.login_host!r}; give the login node as ssh takes it: "
+            "[user@]host, or an alias of your ~/.ssh/config (no options, no spaces)"
         )
     for path in settings.read_in_place:
         parts = Path(path).parts

@@ -182,6 +182,28 @@ class Container:
     push_host: str | None = None  # [user@]host that `container build --push` copies the image to
 
 
+# The ${NAME}s a login section's root may use: the first two are the remote user's (filled
+# in over ssh), the account is params.yaml's (login.root is a path on the login node, not
+# in a job, so the job's other variables mean nothing there).
+LOGIN_ROOT_VARIABLES = ("USER", "HOME", "SLURM_JOB_ACCOUNT")
+
+
+@dataclass(frozen=True)
+class Login:
+    """The cluster's login node, for running the job commands from a workstation
+    (``orchestrator submit --remote``; see :mod:`orchestrator.remote`)."""
+
+    # An ssh destination ([user@]host) or an alias of your ~/.ssh/config; params.yaml's
+    # orchestrator.login_host overrides it. None: no remote use of this profile.
+    host: str | None = None
+    # The folder that holds the projects sent there: each lands in <root>/<its folder name>.
+    # Relative: to the remote home. May use ${USER}, ${HOME} and ${SLURM_JOB_ACCOUNT}.
+    root: str = "${HOME}/orchestrator-projects"
+    # Shell lines run on the login node before each remote command, in bash -l (a login
+    # shell: module is defined): `module load ...`, `source ~/venv/bin/activate`.
+    setup: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Environment:
     variables: dict[str, str] = field(default_factory=dict)  # name -> runtime template
@@ -256,6 +278,7 @@ class Profile:
     environment: Environment = Environment()
     storage: Storage = Storage()
     site: Site = Site()
+    login: Login = Login()
 
     @property
     def uses_slurm(self) -> bool:
@@ -526,6 +549,7 @@ def _environment_problems(p: Profile) -> list[str]:
             found += [f"{what}: {msg}" for msg in patterns.runtime_problems(value)]
     if p.container.push_host is not None and not re.fullmatch(r"([A-Za-z0-9._-]+@)?[A-Za-z0-9._-]+", p.container.push_host):
         found.append(f"container.push_host {p.container.push_host!r}: expected [user@]host (an alias from your ssh config works)")
+    found += _login_problems(p.login)
     if p.container.image and not p.container.runtime:
         found.append("container.image is set but container.runtime is not (apptainer or singularity)")
     for name in e.variables:
@@ -541,4 +565,19 @@ def _environment_problems(p: Profile) -> list[str]:
     return found
 
 
+def _login_problems(login: Login) -> list[str]:
+    found: list[str] = []
+    if login.host is not None and not HOST_PATTERN.fullmatch(login.host):
+        found.append(f"login.host {login.host!r}: expected [user@]host (an alias from your ssh config works)")
+    if not login.root.strip() or any(ord(c) < 32 for c in login.root):
+        found.append(f"login.root {login.root!r}: give a folder on the login node (absolute, or relative to the remote home)")
+    found += [f"login.root: {msg}" for msg in patterns.runtime_problems(login.root)]
+    unknown = sorted(set(patterns.RUNTIME_REF.findall(login.root)) - set(LOGIN_ROOT_VARIABLES))
+    if unknown:
+        found.append(f"login.root uses ${{{unknown[0]}}}; it may use only {', '.join('${' + v + '}' for v in LOGIN_ROOT_VARIABLES)}")
+    return found
+
+
+# An ssh destination as a profile or params.yaml writes it: [user@]host, no options, no spaces.
+HOST_PATTERN = re.compile(r"([A-Za-z0-9._-]+@)?[A-Za-z0-9_][A-Za-z0-9._-]*")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)

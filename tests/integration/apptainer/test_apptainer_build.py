@@ -72,7 +72,12 @@ def test_ci_image_runs_the_training_stack(apptainer, ci_image, tmp_path):
 
     # The image itself holds no project code: outside a workspace nothing of it imports.
     bare = subprocess.run(
-        [apptainer, "exec", str(ci_image), "python", "-c", "import experiments"], cwd="/", capture_output=True, text=True, timeout=300
+        [apptainer, "exec", str(ci_image), "python", "-c", "import experiments"],
+        cwd="/",
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # apptainer passes ours in: a source checkout's would import
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert bare.returncode != 0 and "No module named 'experiments'" in bare.stderr
     labels = subprocess.run([apptainer, "inspect", "--labels", str(ci_image)], capture_output=True, text=True, check=True).stdout

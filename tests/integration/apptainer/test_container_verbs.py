@@ -12,8 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import IMAGE_CACHE
-from support import container_cli, make_tiny, run_orchestrator
+from support import IMAGE_CACHE, container_cli, make_tiny, run_orchestrator
 
 from orchestrator.containers import build, catalog, leftovers
 from orchestrator.containers.progress import size_text

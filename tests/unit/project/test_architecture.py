@@ -25,7 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "jobs": {*CORE, "analysis"},
     "containers": {*CORE},
     "testbed": {"util"},
-    "cli": {*CORE, "analysis", "jobs", "containers", "testbed"},
+    "remote": {*CORE},
+    "cli": {*CORE, "analysis", "jobs", "containers", "testbed", "remote"},
 }
 BASE = {"errors", "__version__"}
 

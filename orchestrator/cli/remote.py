@@ -1,0 +1,155 @@
+"""`orchestrator remote`: the project on the cluster's login node (sync, attach, shell), and
+the `--remote` of the job commands (see orchestrator.remote)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import click
+
+from orchestrator.cli.options import cluster_option, project_option
+from orchestrator.errors import OrchestratorError
+
+REMOTE_HELP = "Run it on the cluster's login node over ssh (the profile's login.host, or params.yaml's orchestrator.login_host)."
+
+
+def remote_option(f):
+    return click.option("--remote", "-r", is_flag=True, help=REMOTE_HELP)(f)
+
+
+def _say(line: str) -> None:
+    click.echo(f"orchestrator: {line}", err=True)
+
+
+def _open(project: Path, cluster: str | None):
+    from orchestrator.remote import destination
+    from orchestrator.remote.connection import Connection
+    from orchestrator.remote.session import Session
+    from orchestrator.util.runner import SubprocessRunner
+
+    runner = SubprocessRunner()
+    dest = destination.resolve(project, cluster, runner)
+    return Session.open(Connection.to(dest.host, runner), dest), runner
+
+
+def _out(data: bytes) -> None:
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+
+
+def run_remote(project: Path, cluster: str | None, argv: Sequence[str], sync: bool = False, with_changes: bool = False) -> None:
+    """``orchestrator ARGV`` on the login node in the project's folder there (sent first when
+    ``sync``), its output streamed here; exits with its exit status."""
+    from orchestrator.remote import sync as syncing
+
+    session, runner = _open(project, cluster)
+    if sync:
+        prepared = session.prepare()
+        if prepared[1] is None:
+            syncing.sync(session, runner, with_changes, _say, prepared)
+        else:  # session.RUN attaches to it; its checkout is left as it is
+            _say(f"a submit of this project is still running on {session.dest.host}: nothing sent")
+    _say(f"running `orchestrator {' '.join(argv)}` on {session.dest.host} in {session.project}")
+    code = session.run(list(argv), _out, _say)
+    if code:
+        sys.exit(code)
+
+
+@contextlib.contextmanager
+def hinting(project: Path, cluster: str | None) -> Iterator[None]:
+    """A user error of a job command run here gets the --remote hint where Slurm is missing."""
+    try:
+        yield
+    except OrchestratorError as exc:
+        if found := hint(project, cluster):
+            exc.hints = (*exc.hints, found)
+        raise
+
+
+def hint(project: Path, cluster: str | None) -> str | None:
+    """Where Slurm is missing here: the --remote hint, when the profile names a login node."""
+    import shutil
+
+    if shutil.which("sbatch") is not None:
+        return None
+    try:
+        from orchestrator.config import params, profile
+
+        prm = params.load(project)
+        name = cluster or prm.settings.cluster
+        if not name or name == "auto":
+            return None
+        host = prm.for_cluster(name).settings.login_host or profile.load(name).profile.login.host
+    except Exception:  # noqa: BLE001 - a hint must never hide the error it is added to
+        return None
+    return f"this machine has no Slurm; to run it on {host}, the login node of {name}, from here: add --remote" if host else None
+
+
+@click.group()
+def remote() -> None:
+    """The project on the cluster's login node: send it, follow a command there, open a shell there.
+
+    The login node is the profile's login.host (params.yaml's orchestrator.login_host
+    overrides it); the project's folder there is <login.root>/<this repository's folder
+    name>. `submit --remote` (and status, logs, cancel, show) use the same.
+    """
+
+
+@remote.command("sync")
+@cluster_option()
+@project_option
+@click.option("--with-changes", is_flag=True, help="Also send the uncommitted changes (tracked and untracked files not ignored).")
+def sync_command(cluster: str | None, project: Path, with_changes: bool) -> None:
+    """Send the committed state of the project to its folder on the login node and check it out there.
+
+    Outputs, the ledger and the DVC cache there stay; the cluster's dvc.lock entries of
+    its runs are kept. Refused, with nothing changed, when tracked files were changed there.
+    """
+    from orchestrator.remote import sync as syncing
+
+    session, runner = _open(project, cluster)
+    snap = syncing.sync(session, runner, with_changes, _say)
+    click.echo(f"{session.dest.host}:{session.folder} at {snap.head[:12]}" + (" with the uncommitted changes" if snap.changes else ""))
+
+
+@remote.command()
+@click.argument("run_id", default="")
+@cluster_option()
+@project_option
+def attach(run_id: str, cluster: str | None, project: Path) -> None:
+    """Follow a command running on the login node (default: the newest) from the start of its output."""
+    session, _ = _open(project, cluster)
+    code = session.attach(run_id, _out, _say)
+    if code:
+        sys.exit(code)
+
+
+@remote.command()
+@cluster_option()
+@project_option
+def shell(cluster: str | None, project: Path) -> None:
+    """An interactive shell on the login node, in the project's folder there (over the session's ssh master)."""
+    import os
+
+    from orchestrator.remote.session import command
+
+    session, _ = _open(project, cluster)
+    script = 'n=$1; shift; while [ "$n" -gt 0 ]; do eval "$1"; shift; n=$((n-1)); done; cd -- "$1" && exec bash -l'
+    argv = [*session.conn.base(), "-t", "--", session.dest.host, command(script, session.project, setup=session.dest.setup)]
+    os.execvp(argv[0], argv)
+
+
+@remote.command(hidden=True)
+@click.argument("commit")
+@click.option("--changes", default=None, help="The commit of the workstation's uncommitted changes, on top of COMMIT.")
+def checkout(commit: str, changes: str | None) -> None:
+    """(On the login node, called by a sync) check out COMMIT here, keeping outputs and the cluster's dvc.lock entries."""
+    from orchestrator.remote import checkout as co
+    from orchestrator.util.runner import SubprocessRunner
+
+    outcome = co.checkout(Path.cwd(), commit, changes, SubprocessRunner())
+    for line in co.describe(outcome):
+        click.echo(line)

@@ -1,0 +1,293 @@
+"""The cluster's side of a sync: check out what the workstation pushed, keeping what runs there wrote.
+
+Runs in the project's repository on the login node (``orchestrator remote checkout
+COMMIT [--changes COMMIT]``, which :mod:`orchestrator.remote.sync` calls over ssh after
+``git push`` put the commits there). The folder is a git repository whose working tree
+is also where the jobs ran: outputs, the ledger (``.orchestrator/``), the DVC cache.
+
+- ``git checkout --detach COMMIT``: only files git tracks change; untracked and ignored
+  files (outputs, ledger, cache) stay. Never ``git clean``, never ``--force``. A file the
+  new commit tracks that is untracked here stops the checkout (git's own refusal):
+  :class:`CheckoutRefused` lists them, nothing changed.
+- Changes to tracked files made on the cluster would be lost, so they stop the sync
+  (:class:`ClusterChanges`, listing them), with two exceptions, the files the project's
+  own runs write there:
+
+  ``dvc.lock``: DVC records each finished item's deps and outputs in it, on the
+  cluster, where the outputs are; the workstation's committed copy lags behind until
+  results come back. Taking the workstation's copy would forget what the cluster has
+  done (the next ``dvc status`` there would call every finished item stale, or
+  changed), and keeping the cluster's copy whole would undo entries the workstation
+  changed on purpose. So the lock is merged stage by stage, three ways, with the lock
+  of the commit checked out before as the base: an entry the cluster changed since
+  that checkout (a run wrote it) is the cluster's; every other entry is the new
+  commit's. When both changed one, the cluster wins: an entry must describe the files
+  that are THERE, or DVC calls them changed. The merged lock stays a working-tree
+  change (``git status`` shows it modified), as it was before the sync.
+
+  ``.gitignore``: DVC adds each output it makes to the .gitignore beside it. Merged
+  by lines: the new commit's, then the lines the cluster added that it lacks.
+
+- ``--changes``: the workstation's uncommitted changes, as a commit on top of COMMIT
+  (see :mod:`sync`), applied to the working tree after the checkout (``git apply`` of
+  their binary diff), not committed. The next sync takes them back out first (a reverse
+  apply, which succeeds only while the files are as it left them), so they never count
+  as the cluster's own changes; a file edited there since is one, and stops the sync.
+
+What the last sync checked out is kept in ``.orchestrator/remote/synced.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+from orchestrator.remote.connection import RemoteError
+from orchestrator.util.runner import Completed, Runner
+
+STATE_FILE = ".orchestrator/remote/synced.json"
+LOCK_NAME = "dvc.lock"
+IGNORE_NAME = ".gitignore"
+MERGED_NAMES = (LOCK_NAME, IGNORE_NAME)
+# Pathspecs that leave the merged files out of a diff of the workstation's changes.
+NOT_MERGED = tuple(f":(exclude,glob)**/{name}" for name in MERGED_NAMES)
+
+
+class ClusterChanges(RemoteError):
+    """Tracked files were changed on the cluster; a checkout would lose them. Nothing changed."""
+
+
+class CheckoutRefused(RemoteError):
+    """git refused the checkout (files in the way); nothing changed."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    commit: str
+    changes: str | None
+    kept_entries: dict[str, list[str]] = field(default_factory=dict)  # lock file -> stages kept from the cluster
+    kept_ignores: dict[str, list[str]] = field(default_factory=dict)  # .gitignore -> lines kept from the cluster
+    undone: bool = False  # the previous sync's uncommitted changes were taken out first
+
+
+def merged_file(path: str) -> bool:
+    return PurePosixPath(path).name in MERGED_NAMES
+
+
+def merge_lock(base: str | None, ours: str | None, theirs: str | None) -> tuple[str | None, list[str]]:
+    """The dvc.lock to leave after the checkout, and the stages whose entry is the cluster's.
+
+    ``base``: the lock of the commit checked out before; ``ours``: the cluster's working
+    copy; ``theirs``: the new commit's. None: no such file."""
+    if ours is None or ours == base:
+        return theirs, []
+    b, o, t = _stages(base), _stages(ours), _stages(theirs)
+    if o is None:  # not a lock DVC could read either: the commit's, and say nothing was kept
+        return theirs, []
+    b, t = b or {}, t or {}
+    merged: dict = {}
+    kept: list[str] = []
+    for name in [*t, *(n for n in o if n not in t)]:
+        if o.get(name) != b.get(name):  # a run there wrote (or DVC removed) it since the last checkout
+            if name in o:
+                merged[name] = o[name]
+            if o.get(name) != t.get(name):
+                kept.append(name)
+        elif name in t:
+            merged[name] = t[name]
+    top = yaml.safe_load(theirs) if theirs else None
+    document = dict(top) if isinstance(top, dict) else {"schema": "2.0"}
+    document["stages"] = merged
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True), kept
+
+
+def _stages(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if data is None:
+        return {}
+    stages = data.get("stages") if isinstance(data, dict) else None
+    return stages if isinstance(stages, dict) else ({} if isinstance(data, dict) else None)
+
+
+def merge_ignore(base: str | None, ours: str | None, theirs: str | None) -> tuple[str | None, list[str]]:
+    """The .gitignore to leave: the new commit's lines, then those the cluster added that it lacks."""
+    if ours is None or ours == base:
+        return theirs, []
+    had = set((base or "").splitlines())
+    new = (theirs or "").splitlines()
+    added = [line for line in ours.splitlines() if line not in had and line not in new and line.strip()]
+    if not added:
+        return theirs, []
+    return "\n".join([*new, *added]) + "\n", added
+
+
+@dataclass
+class _Git:
+    root: Path
+    runner: Runner
+
+    def __call__(self, *args: str, check: bool = True) -> Completed:
+        done = self.runner.run(["git", "-C", str(self.root), *args], timeout=600)
+        if check and done.returncode != 0:
+            raise RemoteError(
+                f"`git {' '.join(args)}` failed in {self.root} (exit {done.returncode})", done.stderr.strip().splitlines()[-8:]
+            )
+        return done
+
+    def show(self, commit: str, path: str) -> str | None:
+        done = self("show", f"{commit}:{path}", check=False)
+        return done.stdout if done.returncode == 0 else None
+
+    def diff_file(self, a: str, b: str) -> Path:
+        """``git diff --binary A B`` (the merged files left out) in a file: bytes as they are, no decoding."""
+        fd, name = tempfile.mkstemp(prefix="orchestrator-changes-", suffix=".diff")
+        os.close(fd)
+        self("diff", "--binary", "--no-color", "--no-ext-diff", f"--output={name}", a, b, "--", ".", *NOT_MERGED)
+        return Path(name)
+
+
+def read_state(root: Path) -> dict:
+    try:
+        data = json.loads((root / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Outcome:
+    """Check out ``commit`` in the repository ``root`` (see the module's docstring)."""
+    git = _Git(root, runner)
+    state = read_state(root)
+    undone = _undo_changes(git, state)
+    modified = _modified(git)
+    if any(not merged_file(p) for p in modified):
+        raise ClusterChanges(
+            f"the project folder {root} has changes to tracked files that the checkout would lose: nothing was changed there",
+            [f"{code} {path}" for path, code in modified.items() if not merged_file(path)],
+            [
+                "keep them: commit them there and bring the commit to the workstation (git fetch over ssh), then submit again",
+                f"drop them: `orchestrator remote shell`, then git -C {root} checkout -- FILE...",
+            ],
+        )
+    head = git("rev-parse", "--verify", "-q", "HEAD", check=False).stdout.strip() or None
+    saved = {path: _read(root / path) for path in modified}
+    base = {path: git.show(head, path) if head else None for path in modified}
+    # Untracked dvc.lock or .gitignore files the new commit brings would stop the checkout: merged as well.
+    for path in _untracked_merged(git, commit):
+        saved[path], base[path] = _read(root / path), None
+    tracked = [p for p in saved if base[p] is not None]
+    if tracked:
+        git("checkout", "-q", "HEAD", "--", *tracked)
+    for path in saved:
+        if base[path] is None:
+            (root / path).unlink(missing_ok=True)
+    done = git("checkout", "-q", "--detach", commit, check=False)
+    if done.returncode != 0:
+        _restore(root, saved)
+        raise CheckoutRefused(
+            f"git refused to check out {commit[:12]} in {root}: nothing was changed there",
+            done.stderr.strip().splitlines()[-12:],
+            ["move or remove the files it names there (`orchestrator remote shell`), or stop tracking them on the workstation"],
+        )
+    kept_entries, kept_ignores = {}, {}
+    for path, ours in saved.items():
+        theirs = git.show(commit, path)
+        merge = merge_lock if PurePosixPath(path).name == LOCK_NAME else merge_ignore
+        text, kept = merge(base[path], ours, theirs)
+        if text is None:
+            (root / path).unlink(missing_ok=True)
+        elif text != theirs:
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        if kept:
+            (kept_entries if merge is merge_lock else kept_ignores)[path] = kept
+    if changes:
+        _apply(git, commit, changes)
+    (root / STATE_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (root / STATE_FILE).write_text(json.dumps({"commit": commit, "changes": changes}) + "\n")
+    return Outcome(commit, changes, kept_entries, kept_ignores, undone)
+
+
+def _undo_changes(git: _Git, state: dict) -> bool:
+    """Take the previous sync's uncommitted changes out of the working tree, if they are still as applied."""
+    before, changes = state.get("commit"), state.get("changes")
+    if not (isinstance(before, str) and isinstance(changes, str)):
+        return False
+    try:
+        diff = git.diff_file(before, changes)
+    except RemoteError:  # the commits are gone (a new clone): nothing to take out
+        return False
+    try:
+        if git("apply", "-R", "--check", str(diff), check=False).returncode != 0:
+            return False  # edited since: the check that follows names the files
+        git("apply", "-R", str(diff))
+        return True
+    finally:
+        diff.unlink(missing_ok=True)
+
+
+def _apply(git: _Git, commit: str, changes: str) -> None:
+    diff = git.diff_file(commit, changes)
+    try:
+        done = git("apply", "--whitespace=nowarn", str(diff), check=False)
+        if done.returncode != 0:
+            raise RemoteError(
+                f"the workstation's uncommitted changes did not apply on top of {commit[:12]} (the commit is checked out)",
+                done.stderr.strip().splitlines()[-8:],
+            )
+    finally:
+        diff.unlink(missing_ok=True)
+
+
+def _modified(git: _Git) -> dict[str, str]:
+    """Tracked files that differ from HEAD (in the index or the working tree): path -> status code."""
+    if git("rev-parse", "--verify", "-q", "HEAD", check=False).returncode != 0:
+        return {}  # a new repository: nothing checked out yet
+    out = git("status", "--porcelain=v1", "-z", "--untracked-files=no", "--no-renames").stdout
+    return {entry[3:]: entry[:2].strip() for entry in out.split("\0") if len(entry) > 3}
+
+
+def _untracked_merged(git: _Git, commit: str) -> list[str]:
+    listed = git("ls-tree", "-r", "--name-only", "-z", commit).stdout.split("\0")
+    wanted = [p for p in listed if p and merged_file(p)]
+    if not wanted:
+        return []
+    untracked = git("ls-files", "--others", "-z", "--", *wanted).stdout.split("\0")
+    return [p for p in untracked if p]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def _restore(root: Path, saved: dict[str, str | None]) -> None:
+    for path, text in saved.items():
+        if text is None:
+            (root / path).unlink(missing_ok=True)
+        else:
+            (root / path).write_text(text)
+
+
+def describe(outcome: Outcome) -> Sequence[str]:
+    """What the checkout did, for the workstation to print."""
+    lines = [f"checked out {outcome.commit[:12]}" + (" with the workstation's uncommitted changes" if outcome.changes else "")]
+    for path, names in outcome.kept_entries.items():
+        lines.append(f"{path}: kept the cluster's entries of {len(names)} stage(s) its runs wrote: {', '.join(names[:6])}"
+                     + (", ..." if len(names) > 6 else ""))  # fmt: skip
+    for path, added in outcome.kept_ignores.items():
+        lines.append(f"{path}: kept {len(added)} line(s) DVC added there: {', '.join(added[:6])}")
+    return lines

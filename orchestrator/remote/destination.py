@@ -1,0 +1,94 @@
+"""Where a project goes on the cluster: the login node and the folder there.
+
+The login node is params.yaml's ``orchestrator.login_host`` (a user's own ssh alias;
+``clusters.NAME.orchestrator.login_host`` per profile), else the profile's ``login.host``.
+The folder is ``<login.root>/<the repository's folder name>``: one folder per project
+(per clone name) and user, reused by every later call, so the ledger, outputs and DVC
+cache there persist between submits. ``${SLURM_JOB_ACCOUNT}`` in ``login.root`` is
+params.yaml's account; ``${USER}`` and ``${HOME}`` are the remote user's, asked over ssh
+(an alias may log in as another user than this one). A relative root is under the remote home.
+
+The DVC project may be a folder inside the git repository: the whole repository is sent,
+and the commands run in the same folder inside it there.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.config import params, profile
+from orchestrator.remote.connection import RemoteError
+from orchestrator.util import patterns
+from orchestrator.util.runner import Runner
+
+
+@dataclass(frozen=True)
+class Destination:
+    host: str
+    cluster: str  # the profile's name or path, for messages
+    root: str  # login.root, the account filled in
+    repo: Path  # the workstation's repository (its top folder)
+    prefix: str  # the project's folder inside it, "" or "sub/dir"
+    setup: tuple[str, ...]
+
+    def folder(self, user: str, home: str) -> str:
+        """The repository's folder on the cluster, with the remote user's ${USER} and ${HOME}."""
+        values = {"USER": user, "HOME": home}
+        root = patterns.RUNTIME_REF.sub(lambda m: values[m.group(1)], self.root)
+        if root == "~" or root.startswith("~/"):
+            root = home + root[1:]
+        return posixpath.normpath(posixpath.join(home, root, self.repo.name))
+
+    def project(self, user: str, home: str) -> str:
+        folder = self.folder(user, home)
+        return posixpath.join(folder, self.prefix) if self.prefix else folder
+
+
+def resolve(project: Path, cluster: str | None, runner: Runner) -> Destination:
+    """The destination of ``project`` (its params.yaml and profile; the git repository it is in)."""
+    prm = params.load(project)
+    name = cluster or prm.settings.cluster
+    if not name or name == "auto":
+        raise RemoteError(
+            "--remote needs to know the cluster: params.yaml's orchestrator.cluster is " + ("'auto'" if name == "auto" else "not set"),
+            hints=["set orchestrator.cluster in params.yaml (a built-in profile such as lumi, or a profile file), or pass --cluster"],
+        )
+    prm = prm.for_cluster(name)
+    loaded = profile.load(name)
+    login = loaded.profile.login
+    host = prm.settings.login_host or login.host
+    if not host:
+        raise RemoteError(
+            f"profile {loaded.name!r} names no login node to run on",
+            hints=[
+                "set orchestrator.login_host in params.yaml (an alias of your ~/.ssh/config, or [user@]host)",
+                "or give the profile a login section: login: {host: HOST, root: FOLDER}",
+            ],
+        )
+    root = login.root
+    if "${SLURM_JOB_ACCOUNT}" in root:
+        if not prm.settings.account:
+            raise RemoteError(
+                f"profile {loaded.name!r}'s login.root {root!r} needs the account: params.yaml's orchestrator.account is not set"
+            )
+        root = root.replace("${SLURM_JOB_ACCOUNT}", prm.settings.account)
+    top, prefix = repository(project, runner)
+    return Destination(host, loaded.name, root, top, prefix, login.setup)
+
+
+def repository(project: Path, runner: Runner) -> tuple[Path, str]:
+    """The git repository ``project`` is in (its top folder) and the project's folder inside it."""
+    try:
+        done = runner.run(["git", "-C", str(project), "rev-parse", "--show-toplevel", "--show-prefix"], timeout=60)
+    except FileNotFoundError:
+        raise RemoteError("git is not installed here: --remote sends the project's commits to the cluster with git") from None
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or not lines:
+        raise RemoteError(
+            f"{project.resolve()} is not in a git repository: --remote sends the committed state of the project",
+            hints=["git init, add and commit the project (dvc.yaml, params.yaml, code), then run it again"],
+        )
+    prefix = lines[1].strip().rstrip("/") if len(lines) > 1 else ""
+    return Path(lines[0].strip()), prefix

@@ -1,0 +1,103 @@
+"""Following a remote command over the loopback sshd, with a stand-in `orchestrator` on the login
+node (the real one for --version and `remote checkout`, a slow printer for the rest): the exit
+status passed through, a master connection killed mid-stream (reconnects, every line once), Ctrl-C
+(stops only the following; `remote attach` picks it up), a second submit while one runs (follows
+it: one run). The `login` fixture: conftest.py beside this."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ssh
+
+LINES = 30
+
+
+def slow_orchestrator(where: Path) -> Path:
+    """An `orchestrator` that prints LINES numbered lines 0.2 s apart and exits 3, except for
+    --version and `remote ...`, which the real one answers."""
+    where.mkdir()
+    script = where / "orchestrator"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --version|remote) exec {sys.executable} -m orchestrator "$@";; esac\n'
+        f'i=0; while [ $i -lt {LINES} ]; do echo "line $i of $*"; i=$((i+1)); sleep 0.2; done\n'
+        "exit 3\n"
+    )
+    script.chmod(0o755)
+    return where
+
+
+@pytest.fixture
+def slow(login, tmp_path):
+    login.set_setup([f"export PATH={slow_orchestrator(tmp_path / 'bin')}:$PATH"])
+    return login.workstation(tmp_path / "ws" / "proj")
+
+
+def _logs(login, name: str) -> list[Path]:
+    return sorted((login.cluster_root / "proj" / ".orchestrator" / "remote").glob(f"*-{name}-*/log"))
+
+
+def _wait_for(login, name: str, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(text in p.read_text() for p in _logs(login, name)):
+        assert time.monotonic() < deadline, f"{text!r} never appeared in the remote log"
+        time.sleep(0.02)
+
+
+def _every_line_once(stdout: str, what: str) -> None:
+    lines = [line for line in stdout.splitlines() if line.startswith("line ")]
+    assert lines == [f"line {i} of {what}" for i in range(LINES)], stdout
+
+
+def test_exit_status_and_output_come_through(login, slow):
+    (login.cluster_root / "proj").mkdir(parents=True)
+    done = login.orchestrator("status", "--remote", "probe", cwd=slow)
+    assert done.returncode == 3, done.stdout + done.stderr
+    _every_line_once(done.stdout, "status probe")
+
+
+def test_a_killed_master_connection_reconnects_and_every_line_comes_once(login, slow):
+    (login.cluster_root / "proj").mkdir(parents=True)
+    client = login.popen("status", "--remote", cwd=slow)
+    _wait_for(login, "status", "line 5 of")
+    login.stop_master()
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 3, out + err
+    assert "dropped; reconnecting" in err
+    _every_line_once(out, "status")
+
+
+def test_ctrl_c_stops_only_the_following_and_attach_picks_it_up(login, slow):
+    (login.cluster_root / "proj").mkdir(parents=True)
+    client = login.popen("status", "--remote", cwd=slow)
+    _wait_for(login, "status", "line 3 of")
+    client.send_signal(signal.SIGINT)
+    out, err = client.communicate(timeout=60)
+    assert client.returncode == 130, out + err
+    assert "nothing was stopped on the cluster" in err and "goes on on login-node" in err and "orchestrator remote attach" in err
+    attached = login.orchestrator("remote", "attach", cwd=slow)
+    assert attached.returncode == 3, attached.stdout + attached.stderr
+    _every_line_once(attached.stdout, "status")  # from the start, to the end
+
+
+def test_a_second_submit_while_one_runs_follows_it(login, slow):
+    first = login.popen("submit", "--remote", cwd=slow)
+    _wait_for(login, "submit", "line 3 of")
+    login.stop_master()
+    first.kill()  # the workstation's side is gone; the submit there goes on
+    first.communicate()
+    second = login.orchestrator("submit", "--remote", cwd=slow)
+    assert second.returncode == 3, second.stdout + second.stderr
+    assert "still running on login-node" in second.stderr and "nothing sent" in second.stderr
+    _every_line_once(second.stdout, "submit")
+    assert len(_logs(login, "submit")) == 1  # one submit ran there
+    # Once it has ended, the next submit runs anew (syncing first).
+    third = login.orchestrator("submit", "--remote", cwd=slow)
+    assert third.returncode == 3 and "checked out" in third.stderr, third.stderr
+    assert len(_logs(login, "submit")) == 2
