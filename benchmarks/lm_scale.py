@@ -41,6 +41,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from detached import on_testbed  # noqa: E402
+from make_corpus import _positive, parse_size  # noqa: E402
 
 ACCOUNT = "project_465000858"
 MAX_RSS_DELTA = 1.5e9
@@ -212,25 +213,37 @@ def check(small: dict, large: dict, shards: int, reused: bool = False) -> list[s
     return found
 
 
+def _size(text: str) -> str:
+    """A size make_corpus takes (checked here, passed on as written)."""
+    parse_size(text)
+    return text
+
+
+def _counts(text: str) -> list[int]:
+    """``1,2,4``: shard counts, each a whole number of at least 1."""
+    return [_positive(part) for part in text.split(",")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--large", default="2G", help="the large corpus's size (make_corpus --bytes)")
-    parser.add_argument("--small", default="10M", help="the small corpus's size")
-    parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=40, help="training steps of each run")
+    parser.add_argument("--large", type=_size, default="2G", help="the large corpus's size (make_corpus --bytes)")
+    parser.add_argument("--small", type=_size, default="10M", help="the small corpus's size")
+    parser.add_argument("--shards", type=_positive, default=4)
+    parser.add_argument("--steps", type=_positive, default=40, help="training steps of each run")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lm_scale"))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/out/lm_scale.json")
     parser.add_argument(
         "--reuse", action="store_true", help="keep the shards an earlier run prepared (the prepare array is then not checked or measured)"
     )
     parser.add_argument(
-        "--shard-counts", help="instead: only the prepare stages of the --large corpus for each of these shard counts (e.g. 1,2,4,8)"
+        "--shard-counts",
+        type=_counts,
+        help="instead: only the prepare stages of the --large corpus for each of these shard counts (e.g. 1,2,4,8)",
     )
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     if args.shard_counts:
-        counts = [int(c) for c in args.shard_counts.split(",")]
-        rows = prepare_wall(args.work, args.large, counts)
+        rows = prepare_wall(args.work, args.large, args.shard_counts)
         out = args.out.with_name("lm_scale_shards.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"size": args.large, "cores": os.cpu_count(), "rows": rows}, indent=2) + "\n")
