@@ -50,12 +50,14 @@ class StepBatchSampler(Sampler[list[int]]):
         return self.steps
 
     def __iter__(self) -> Iterator[list[int]]:
+        told: dict[int, list[int]] = {}  # the batches announced ahead, each computed once
         for step in range(self.start_step, self.steps):
             if self.ahead is not None:
                 # The rows of the steps LOOKAHEAD ahead, read in the background while these compute.
                 for later in range(step + 1 if step == self.start_step else step + LOOKAHEAD, min(step + LOOKAHEAD + 1, self.steps)):
-                    self.ahead(self.batch(later))
-            yield self.batch(step)
+                    told[later] = self.batch(later)
+                    self.ahead(told[later])
+            yield told.pop(step, None) or self.batch(step)
 
     def batch(self, step: int) -> list[int]:
         first = (step * self.world_size + self.rank) * self.batch_size

@@ -280,6 +280,21 @@ def test_order_is_a_function_of_the_step_sharded_by_rank():
     assert list(sampler(4, 0, 1, seed=8)) != one
 
 
+def test_the_rows_told_ahead_are_the_batches_yielded_each_computed_once():
+    require_training()
+    from experiments.lm.sampler import LOOKAHEAD, StepBatchSampler
+
+    plain = list(StepBatchSampler(10, 4, 0, 1, seed=7, start_step=1, steps=6))
+    sampler = StepBatchSampler(10, 4, 0, 1, seed=7, start_step=1, steps=6)
+    told, computed = [], []
+    sampler.ahead = told.append
+    batch = sampler.batch
+    sampler.batch = lambda step: computed.append(step) or batch(step)
+    assert list(sampler) == plain
+    assert told == plain[1:]  # every later step's rows, announced before it is yielded
+    assert sorted(computed) == list(range(1, 6)) and LOOKAHEAD >= 1  # no step's indices computed twice
+
+
 def test_loader_refuses_a_checkpoint_of_another_order():
     require_training()
     import torch
