@@ -310,6 +310,16 @@ def invoke(*args: str):
 IMAGE_CACHE = Path(os.environ.get("ORCHESTRATOR_IMAGE_CACHE", "/var/cache/orchestrator-images"))
 
 
+def one_error(done: subprocess.CompletedProcess, *expected: str) -> str:
+    """A user error as the CLI reports it: exit 2, one `error:` line, no traceback, these words in it; the text."""
+    text = done.stdout + done.stderr
+    assert done.returncode == 2, text
+    assert "Traceback" not in text and text.count("error:") == 1, text
+    for words in expected:
+        assert words in text, text
+    return text
+
+
 def run_orchestrator(*args: str, cwd: Path, env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     """`orchestrator ARGS` in a fresh process (``python -m orchestrator``), as users and DVC run it."""
     return subprocess.run(

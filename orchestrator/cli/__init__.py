@@ -25,6 +25,7 @@ class _Group(click.Group):
         "testbed": ("orchestrator.cli.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."),
         "container": ("orchestrator.cli.container:container", "Container images: build the image jobs run in."),
         "remote": ("orchestrator.cli.remote:remote", "The project on the cluster's login node: sync, attach, shell (see --remote)."),
+        "fetch": ("orchestrator.cli.remote:fetch", "Bring finished items' outputs and dvc.lock entries from the cluster, hash-checked."),
         "init": ("orchestrator.cli.init:init", "Add what an existing DVC project needs: params section, ignores, images.yaml."),
         "plan": ("orchestrator.cli.plan:plan", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
         "report": ("orchestrator.cli.report:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),

@@ -153,3 +153,49 @@ def checkout(commit: str, changes: str | None) -> None:
     outcome = co.checkout(Path.cwd(), commit, changes, SubprocessRunner())
     for line in co.describe(outcome):
         click.echo(line)
+
+
+@click.command()
+@click.argument("targets", nargs=-1)
+@cluster_option()
+@project_option
+def fetch(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
+    """Bring the finished items' outputs and dvc.lock entries from the cluster's project folder here.
+
+    TARGETS: stages (NAME for all items of a matrix, NAME@ITEM for one); default: every
+    stage the cluster's dvc.lock has. Each out is copied with rsync over the session's ssh
+    and checked against the md5 that dvc.lock there records; a stage with an out missing
+    or not matching is skipped whole, its entry not written. Then `dvc metrics show`,
+    `dvc plots show` and `orchestrator report` work here.
+    """
+    from orchestrator.remote import fetch as fetching
+    from orchestrator.remote.session import command
+
+    session, runner = _open(project, cluster)
+    where = f"{session.dest.host}:{session.project}"
+    script = 'cd -- "$1" 2>/dev/null || exit 97; [ -f dvc.lock ] || exit 98; cat dvc.lock'
+    done = session.conn.run(command(script, session.project))
+    if done.returncode in (97, 98):
+        what = "no project folder" if done.returncode == 97 else "no dvc.lock in the project folder"
+        raise fetching.FetchError(
+            f"nothing to fetch: {what} at {where} (nothing synced or finished there yet)",
+            hints=["send the project and run it there: orchestrator submit --remote", "what runs there: orchestrator status --remote"],
+        )
+    if done.returncode != 0:
+        raise fetching.FetchError(f"cannot read {where}/dvc.lock (exit {done.returncode})", done.stderr.strip().splitlines()[-6:])
+    copy = fetching.rsync_copier(session.conn.base(), session.dest.host, session.project, runner)
+    results = fetching.fetch(project, done.stdout, where, targets, _stage_names(project), copy, click.echo)
+    if any(r.problems for r in results):  # an out missing or not matching there: say so in the exit status too
+        sys.exit(1)
+
+
+def _stage_names(project: Path) -> list[str]:
+    """The stage names this project's dvc.yaml defines (a matrix's or foreach's name once)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((project / "dvc.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    stages = data.get("stages") if isinstance(data, dict) else None
+    return list(stages) if isinstance(stages, dict) else []

@@ -9,19 +9,11 @@ import shutil
 import subprocess
 
 import pytest
+from support import one_error
 
 from orchestrator import __version__
 
 pytestmark = pytest.mark.ssh
-
-
-def _refused(done: subprocess.CompletedProcess, *expected: str) -> str:
-    text = done.stdout + done.stderr
-    assert done.returncode == 2, text
-    assert "Traceback" not in text and text.count("error:") == 1, text
-    for words in expected:
-        assert words in text, text
-    return text
 
 
 def _key(path) -> tuple[str, str]:
@@ -41,7 +33,7 @@ def test_an_unreachable_host_is_one_message_and_nothing_is_sent(login, tmp_path,
     project = login.workstation(tmp_path / "ws" / "proj")
     login.add_host(alias, hostname, port=port)
     login.set_login_host(project, alias)
-    _refused(login.orchestrator("submit", "--remote", cwd=project, timeout=120), f"cannot reach {alias}: {why}")
+    one_error(login.orchestrator("submit", "--remote", cwd=project, timeout=120), f"cannot reach {alias}: {why}")
     assert not login.cluster_root.exists()
 
 
@@ -54,7 +46,7 @@ def test_a_host_key_that_does_not_match_stops_before_anything_is_sent(login, tmp
     login.add_host("changed-key", "localhost", known)
     login.stop_master("changed-key")
     login.set_login_host(project, "changed-key")
-    text = _refused(login.orchestrator("submit", "--remote", cwd=project), "the host key of changed-key is NOT the one your known_hosts")
+    text = one_error(login.orchestrator("submit", "--remote", cwd=project), "the host key of changed-key is NOT the one your known_hosts")
     assert f'ssh-keygen -f "{known}" -R "[localhost]:{login.sshd.port}"' in text and "nothing was sent" in text
     assert not login.cluster_root.exists()
 
@@ -68,14 +60,14 @@ def test_a_refused_login_is_named(login, tmp_path):
     login.add_host("wrong-key", "localhost", known, key=tmp_path / "stranger_key")
     login.stop_master("wrong-key")
     login.set_login_host(project, "wrong-key")
-    _refused(login.orchestrator("status", "--remote", cwd=project), "wrong-key refused the login", "IdentityFile")
+    one_error(login.orchestrator("status", "--remote", cwd=project), "wrong-key refused the login", "IdentityFile")
 
 
-def test_a_login_node_without_the_orchestrator_is_refused(login, tmp_path):
+def test_a_login_node_without_the_orchestrator_isone_error(login, tmp_path):
     project = login.workstation(tmp_path / "ws" / "proj")
     assert shutil.which("orchestrator", path="/usr/bin:/bin") is None
     login.set_setup(["export PATH=/usr/bin:/bin"])  # git, flock and setsid stay; pyenv's orchestrator goes
-    text = _refused(
+    text = one_error(
         login.orchestrator("submit", "--remote", cwd=project),
         "the orchestrator is not installed on login-node",
         f"pip install 'orchestrator=={__version__}'",
@@ -92,7 +84,7 @@ def test_another_version_there_is_refused_naming_both(login, tmp_path):
     (fake / "orchestrator").write_text("#!/bin/sh\necho 'orchestrator, version 0.0.9'\n")
     (fake / "orchestrator").chmod(0o755)
     login.set_setup([f"export PATH={fake}:$PATH"])
-    text = _refused(login.orchestrator("submit", "--remote", cwd=project), f"login-node runs orchestrator 0.0.9, this side {__version__}")
+    text = one_error(login.orchestrator("submit", "--remote", cwd=project), f"login-node runs orchestrator 0.0.9, this side {__version__}")
     assert f"pip install 'orchestrator=={__version__}'" in text and "nothing was sent" in text
     assert not login.cluster_root.exists()
 
@@ -100,11 +92,11 @@ def test_another_version_there_is_refused_naming_both(login, tmp_path):
 def test_a_project_outside_git_is_refused_before_connecting(login, tmp_path):
     project = login.workstation(tmp_path / "ws" / "proj")
     shutil.rmtree(project / ".git")
-    _refused(login.orchestrator("submit", "--remote", cwd=project), "is not in a git repository")
+    one_error(login.orchestrator("submit", "--remote", cwd=project), "is not in a git repository")
     assert not login.cluster_root.exists()
 
 
 def test_a_command_before_the_project_was_ever_sent_says_how_to_send_it(login, tmp_path):
     project = login.workstation(tmp_path / "ws" / "proj")
-    text = _refused(login.orchestrator("status", "--remote", cwd=project), "is not on login-node", "orchestrator remote sync")
+    text = one_error(login.orchestrator("status", "--remote", cwd=project), "is not on login-node", "orchestrator remote sync")
     assert str(login.cluster_root / "proj") in text

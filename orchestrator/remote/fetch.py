@@ -1,0 +1,298 @@
+"""Results back from the cluster: the finished items' outputs and dvc.lock entries, verified by hash.
+
+``orchestrator fetch [TARGETS...]`` over the session's ssh master (:mod:`connection`):
+
+1. read the cluster's ``dvc.lock`` (``cat`` there) and pick its stages: the TARGETS (a
+   stage name, ``name@item``, or a matrix/foreach name for all its items), else every
+   stage the lock has there. A target this project's dvc.yaml knows but the cluster's
+   lock lacks is skipped as not finished there; one neither knows is an error.
+2. copy each stage's outs (files and folders; metrics, plots and provenance.json among
+   them) with ``rsync`` over the master into a staging folder, ``.orchestrator/fetch/``:
+   nothing in the workspace changes while bytes are on the way.
+3. hash what arrived the way DVC does (dvc_data's ``build``: the file's md5, a folder's
+   ``.dir`` listing hash) and compare with the cluster's lock entry. A stage is taken
+   whole or not at all: one out missing there or not matching its entry (changed after
+   the run recorded it, cut short) and the stage is skipped, its files not placed and
+   its entry not written, so this side's dvc.lock never claims files it does not have.
+4. move the verified outs into place, put them into this side's DVC cache (``dvc status``
+   calls an out whose object is missing "not in cache"), and merge the entries into the
+   local ``dvc.lock`` stage by stage (the cluster's entry replaces this side's for the
+   fetched stages only; the others stay), written to a temporary file and renamed.
+
+Then ``dvc metrics show``, ``dvc plots show`` and ``orchestrator report`` read them here.
+
+A DVC remote both sides share would be the better road for cached outputs (``dvc push``
+there, ``dvc pull`` here, deduplicated and resumable); it is not used yet: every out
+comes by rsync. The cluster's side needs ``rsync`` on the non-login shell's PATH (rsync
+starts its server with a plain ``ssh HOST rsync --server``; login.setup does not apply).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+from orchestrator.remote.checkout import LOCK_NAME, _stages
+from orchestrator.remote.connection import RemoteError
+from orchestrator.util.runner import Completed, Runner
+
+STAGING = ".orchestrator/fetch"
+
+
+class FetchError(RemoteError):
+    """Nothing to fetch, or a target nobody knows: nothing was changed here."""
+
+
+@dataclass(frozen=True)
+class Out:
+    """One out of a lock entry: where, and the hash DVC recorded for it."""
+
+    path: str
+    md5: str
+    hash_name: str  # "md5" (DVC 3), "md5-dos2unix" (a DVC 2 entry without `hash: md5`)
+    size: int | None
+
+    @property
+    def isdir(self) -> bool:
+        return self.md5.endswith(".dir")
+
+
+@dataclass
+class Result:
+    """What became of one stage."""
+
+    stage: str
+    fetched: bool
+    size: int = 0
+    files: int = 0
+    why: str = ""  # why it was skipped
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_lock(text: str, where: str) -> dict:
+    stages = _stages(text)
+    if stages is None:
+        raise FetchError(f"the dvc.lock at {where} is not one DVC wrote (not YAML with a `stages` mapping): nothing fetched")
+    return stages
+
+
+def outs_of(entry: dict) -> list[Out]:
+    """The outs of a lock entry (a DVC 2 or 3 lock); an out without an md5 is one DVC did not hash."""
+    found = []
+    for out in entry.get("outs") or []:
+        if not isinstance(out, dict) or "path" not in out:
+            continue
+        md5 = str(out.get("md5") or "")
+        found.append(Out(str(out["path"]), md5, "md5" if out.get("hash") == "md5" else "md5-dos2unix", out.get("size")))
+    return found
+
+
+def select(stages: dict, targets: Sequence[str], known: Iterable[str]) -> tuple[list[str], list[Result]]:
+    """The lock's stages to fetch and the targets skipped (not finished there).
+
+    ``known``: the stage names this project's dvc.yaml defines (``name`` of a matrix or
+    foreach, whose items are ``name@...``). A target neither side knows: :class:`FetchError`."""
+    if not targets:
+        return list(stages), []
+    known = set(known)
+    chosen: list[str] = []
+    skipped: list[Result] = []
+    unknown: list[str] = []
+    for target in targets:
+        hits = [name for name in stages if name == target or name.split("@", 1)[0] == target]
+        if hits:
+            chosen += [name for name in hits if name not in chosen]
+        elif target in known or target.split("@", 1)[0] in known:
+            skipped.append(Result(target, False, why="not finished there (the cluster's dvc.lock has no entry for it)"))
+        else:
+            unknown.append(target)
+    if unknown:
+        names = sorted({*known, *(name.split("@", 1)[0] for name in stages)})
+        raise FetchError(
+            f"unknown target(s): {', '.join(unknown)}: neither this project's dvc.yaml nor the cluster's dvc.lock has such a stage",
+            hints=[f"stages: {', '.join(names) or '(none)'}", "a matrix item is NAME@ITEM; NAME alone takes all its items"],
+        )
+    return chosen, skipped
+
+
+def merge(local: str | None, entries: dict[str, dict]) -> str:
+    """This side's dvc.lock with ``entries`` (stage -> the cluster's entry) put in: fetched stages
+    take the cluster's entry, every other stage stays as it is here."""
+    document = yaml.safe_load(local) if local else None
+    document = dict(document) if isinstance(document, dict) else {"schema": "2.0"}
+    stages = dict(document.get("stages") or {})
+    stages.update(entries)
+    document["stages"] = stages
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Hasher:
+    """DVC's hash of a file or folder (dvc_data's ``build``), and its objects put into this project's cache."""
+
+    def __init__(self, project: Path) -> None:
+        from dvc.repo import Repo
+        from dvc_objects.fs.local import LocalFileSystem
+
+        self.repo = Repo(str(project))
+        self.odb = self.repo.cache.local
+        self.fs = LocalFileSystem()
+        self._built: dict[str, tuple] = {}
+
+    def hash(self, path: Path, name: str) -> tuple[str, int | None]:
+        from dvc_data.hashfile.build import build
+
+        staging, meta, obj = build(self.odb, str(path), self.fs, name)
+        self._built[str(path)] = (staging, obj)
+        return obj.hash_info.value, meta.size
+
+    def cache(self, path: Path) -> None:
+        """Copy the objects of ``path`` (hashed before, from where it lies now) into the cache."""
+        from dvc_data.hashfile.transfer import transfer
+
+        staging, obj = self._built.pop(str(path))
+        transfer(staging, self.odb, {obj.hash_info}, hardlink=False, shallow=False)
+
+    def close(self) -> None:
+        self.repo.close()
+
+
+# Copy: the outs' paths (relative to the cluster's project folder) into a local folder, each
+# at its relative path; returns the copier's result (rsync's exit 23: something missing).
+Copier = Callable[[Sequence[str], Path], Completed]
+
+
+def rsync_copier(ssh_base: Sequence[str], host: str, project: str, runner: Runner) -> Copier:
+    def copy(paths: Sequence[str], into: Path) -> Completed:
+        # --relative with "/./": each path lands at its own relative path under `into`.
+        sources = [f"{host}:{PurePosixPath(project)}/./{path}" for path in paths]
+        argv = ["rsync", "-a", "--relative", "--partial", "-s", "-e", shlex.join(ssh_base), *sources, f"{into}/"]
+        return runner.run(argv, timeout=None)
+
+    return copy
+
+
+def fetch(
+    project: Path, lock_text: str, where: str, targets: Sequence[str], known: Iterable[str], copy: Copier, say: Callable[[str], None]
+) -> list[Result]:
+    """Fetch the chosen stages of the cluster's lock ``lock_text`` into ``project`` (see the module's docstring)."""
+    stages = parse_lock(lock_text, where)
+    if not stages and not targets:
+        raise FetchError(f"the cluster's dvc.lock at {where} has no stages: nothing has finished there yet")
+    chosen, results = select(stages, targets, known)
+    staging_root = project / STAGING
+    staging_root.mkdir(parents=True, exist_ok=True)
+    hasher = Hasher(project)
+    entries: dict[str, dict] = {}
+    try:
+        for name in chosen:
+            result = _fetch_stage(project, name, stages[name], staging_root, hasher, copy)
+            results.append(result)
+            if result.fetched:
+                entries[name] = stages[name]
+        if entries:
+            lock = project / LOCK_NAME
+            write_atomic(lock, merge(lock.read_text() if lock.exists() else None, entries))
+    finally:
+        hasher.close()
+        shutil.rmtree(staging_root, ignore_errors=True)
+    for result in results:
+        say(describe(result))
+    return results
+
+
+def _fetch_stage(project: Path, name: str, entry: dict, staging_root: Path, hasher: Hasher, copy: Copier) -> Result:
+    outs = outs_of(entry if isinstance(entry, dict) else {})
+    if not outs:
+        return Result(name, False, why="its entry there has no outs")
+    outside = [out.path for out in outs if PurePosixPath(out.path).is_absolute() or ".." in PurePosixPath(out.path).parts]
+    if outside:  # a lock entry is data from elsewhere: nothing it names may land outside this project
+        return Result(name, False, why=f"its entry there names outs outside the project: {', '.join(outside)}")
+    unhashed = [out.path for out in outs if not out.md5]
+    if unhashed:
+        return Result(name, False, why=f"its entry there has no md5 for {', '.join(unhashed)}")
+    staged = Path(tempfile.mkdtemp(prefix="stage-", dir=staging_root))
+    try:
+        done = copy([out.path for out in outs], staged)
+        problems = []
+        for out in outs:
+            local = staged / out.path
+            if not local.exists() and not local.is_symlink():
+                problems.append(f"{out.path}: missing there")
+                continue
+            got, _ = hasher.hash(local, out.hash_name)
+            if got != out.md5:
+                said = f"dvc.lock there says {out.md5}, the copy hashes to {got}"
+                problems.append(f"{out.path}: hash mismatch: {said} (changed there after the run recorded it?)")
+        if problems and done.returncode not in (0, 23, 24):  # not "some files missing": the copy itself failed
+            raise RemoteError(
+                f"rsync from the cluster failed (exit {done.returncode}) while fetching {name}",
+                done.stderr.strip().splitlines()[-6:],
+                ["the cluster needs rsync on the PATH of a plain `ssh HOST` (no login shell)"],
+            )
+        if problems:
+            return Result(name, False, why="not taken, its dvc.lock entry not written", problems=problems)
+        size = files = 0
+        for out in outs:
+            src, dst = staged / out.path, project / out.path
+            hasher.cache(src)
+            bytes_, count = _size(src)
+            size, files = size + bytes_, files + count
+            _replace(src, dst)
+        return Result(name, True, size=size, files=files)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+
+
+def _size(path: Path) -> tuple[int, int]:
+    if path.is_file():
+        return path.stat().st_size, 1
+    found = [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in found), len(found)
+
+
+def _replace(src: Path, dst: Path) -> None:
+    """``src`` to ``dst``, what was there before removed only once the new one is in place."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.is_dir() and not dst.is_symlink():
+        old = dst.with_name(f".{dst.name}.fetch-old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        if src.is_dir() and (dst.exists() or dst.is_symlink()):  # a file (or link) where a folder comes
+            dst.unlink()
+        os.replace(src, dst)
+
+
+def describe(result: Result) -> str:
+    if result.fetched:
+        return f"fetched {result.stage}: {result.files} file(s), {_human(result.size)}"
+    lines = [f"skipped {result.stage}: {result.why}", *(f"  {p}" for p in result.problems)]
+    return "\n".join(lines)
+
+
+def _human(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"
