@@ -1,0 +1,53 @@
+"""Bad values of the site-limit keys a profile may carry (max_time_by_nodes, slurm_partition,
+extra_options): each a problem naming the key, the profile refused as a whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.config import profile
+from orchestrator.errors import ProfileError
+
+PARTITION = '    debug: {max_nodes: 2, max_time: "01:00:00", whole_node: true}'
+
+
+def problems_of(tmp_path, partition: str = PARTITION, scheduler_extra: str = "") -> list[str]:
+    text = profile.load("testbed").text
+    assert PARTITION in text
+    text = text.replace(PARTITION, partition, 1)
+    if scheduler_extra:
+        text = text.replace("  partitions:\n", f"  {scheduler_extra}\n  partitions:\n", 1)
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as err:
+        profile.load(str(path))
+    return err.value.problems
+
+
+@pytest.mark.parametrize(
+    ("partition", "expected"),
+    [
+        (
+            PARTITION[:-1] + ', max_time_by_nodes: {2: "00:30:00"}}',
+            "max_time_by_nodes: 2 nodes is not a size below the partition's max_nodes 2",
+        ),
+        (PARTITION[:-1] + ', max_time_by_nodes: {0: "00:30:00"}}', "max_time_by_nodes: 0 nodes is not a size below"),
+        (PARTITION[:-1] + ', max_time_by_nodes: {1: "soon"}}', "scheduler.partitions.debug.max_time_by_nodes.1:"),
+        (PARTITION[:-1] + ", slurm_partition: 'batch;rm'}", "slurm_partition 'batch;rm' has characters Slurm directives cannot carry"),
+    ],
+)
+def test_bad_partition_limits_are_named(tmp_path, partition, expected):
+    assert any(expected in p for p in problems_of(tmp_path, partition)), problems_of(tmp_path, partition)
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ('extra_options: ["network=x"]', "'network=x' is not --name or --name=value"),
+        ('extra_options: ["--network=a b"]', "is not --name or --name=value"),
+        ('extra_options: ["--time=01:00:00"]', "--time is set by the plan itself"),
+    ],
+)
+def test_bad_extra_options_are_named(tmp_path, option, expected):
+    found = problems_of(tmp_path, scheduler_extra=option)
+    assert any(expected in p for p in found), found
