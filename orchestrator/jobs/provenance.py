@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,23 +24,30 @@ from orchestrator.util import files, git
 from orchestrator.util.runner import Runner
 
 FILE = stages.PROVENANCE_FILE
-_PARTITION = re.compile(r"^#SBATCH --partition=(\S+)", re.M)
-_ACCOUNT = re.compile(r"^#SBATCH --account=(\S+)", re.M)
 
 
-def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str, image_file: str | None = None) -> dict:
-    """Code version, profile and script (by hash, with its partition), the container image:
-    ``image_file`` when params name one of their own (orchestrator.image: x.sif), else the profile's."""
+def at_submission(
+    root: Path,
+    runner: Runner,
+    loaded: LoadedProfile,
+    script: str,
+    image_file: str | None = None,
+    partition: str | None = None,
+    account: str | None = None,
+) -> dict:
+    """Code version, profile and script (by hash), the partition and account the plan chose, the
+    container image: ``image_file`` when params name one of their own (orchestrator.image: x.sif),
+    else the profile's."""
     prov: dict = {
         "profile": loaded.name,
         "profile_source": loaded.source,
         "profile_sha256": hashlib.sha256(loaded.text.encode()).hexdigest(),
-        **of_script(script),
+        **of_job(script, partition),
     }
     image = image_file or loaded.profile.container.image
     if image and loaded.profile.container.runtime:
         prov["image"] = image  # what went into it is pinned by containers/<name>.digest where the stage depends on it
-        sha = image_sha256(root, image, script)
+        sha = image_sha256(root, image, account)
         if sha:
             prov["image_sha256"] = sha  # the exact file: the code is the commit's, the rest is this image
     code = git.state(root, runner, untracked=False)
@@ -50,12 +56,12 @@ def at_submission(root: Path, runner: Runner, loaded: LoadedProfile, script: str
     return prov
 
 
-def image_sha256(root: Path, image: str, script: str) -> str | None:
+def image_sha256(root: Path, image: str, account: str | None) -> str | None:
     """The sha256 of the image file a job runs in, as it is when the job is submitted; None where
     it cannot be read from here (a reference only the job knows, a file on another machine).
 
     ``image`` as params or the profile write it (:func:`cluster_checks.image_location`, with the
-    script's account). Hashed once per file content (:func:`orchestrator.util.files.cached_sha256`:
+    job's account). Hashed once per file content (:func:`orchestrator.util.files.cached_sha256`:
     the build, a push or an earlier submission leave it beside the image), so a matrix costs one
     stat a job.
     """
@@ -65,22 +71,18 @@ def image_sha256(root: Path, image: str, script: str) -> str | None:
         user = getpass.getuser()
     except (KeyError, OSError):  # no user name known here
         user = os.environ.get("USER", "")
-    account = _ACCOUNT.search(script)
-    path = cluster_checks.image_location(image, root, user, account.group(1).strip("'\"") if account else None)
+    path = cluster_checks.image_location(image, root, user, account)
     try:
         return files.cached_sha256(path) if path is not None and path.is_file() else None
     except OSError:
         return None
 
 
-def of_script(script: str) -> dict:
-    """What a job's own script says: its hash, and the partition (what the site bills by, whole
-    nodes or GPUs: the report's cost)."""
-    found: dict = {"script_sha256": script_hash(script)}
-    partition = _PARTITION.search(script)
-    if partition:
-        found["partition"] = partition.group(1).strip("'\"")
-    return found
+def of_job(script: str, partition: str | None) -> dict:
+    """A job's own: its script's hash, and the profile's partition the plan chose (what the site
+    bills by, whole nodes or GPUs: the report's cost; a QOS queue such as Frontier's debug by its
+    own name, not the Slurm partition it runs in)."""
+    return {"script_sha256": script_hash(script), **({"partition": partition} if partition else {})}
 
 
 def script_hash(script: str) -> str:

@@ -85,10 +85,15 @@ def submit_one(
     except backends.Refused:
         records.forget_intent()  # refused: no job exists, nothing to look for later
         raise
-    prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text, _image_file(sub))
+    prov = _at_submission(sub, runner)
     record = _record(sub, backend, sub.fingerprint, accepted.job_id, accepted.log, now, prov, excluded=tuple(exclude))
     _append(records, record)
     return Outcome(record, attached=False, why_new=why_new)
+
+
+def _at_submission(sub: Submission, runner: Runner) -> dict:
+    plan = sub.plan
+    return provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text, _image_file(sub), plan.partition, plan.account)
 
 
 def existing(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner) -> Outcome | None:
@@ -166,12 +171,12 @@ def submit_array(tasks: list[Task], array: arrays.Array, backend: backends.Sbatc
         member_ws = task.sub.ws
         if member_ws.root not in bases:
             bases[member_ws.root] = provenance.at_submission(member_ws.root, runner, member_ws.profile, "")
-        prov = {**bases[member_ws.root], **provenance.of_script(task.sub.text), "array": array_id}
+        prov = {**bases[member_ws.root], **provenance.of_job(task.sub.text, task.sub.plan.partition), "array": array_id}
         image = _image_file(task.sub) or prov.get("image")
         if image:  # each task's own: the base was taken without a script (no account to fill in)
             prov["image"] = image
             prov.pop("image_sha256", None)
-            if sha := provenance.image_sha256(member_ws.root, image, task.sub.text):
+            if sha := provenance.image_sha256(member_ws.root, image, task.sub.plan.account):
                 prov["image_sha256"] = sha
         log = array.log_of(array_id, index, task.sub.plan.workspace)
         record = _record(task.sub, backend, task.sub.fingerprint, f"{array_id}_{index}", log, now, prov)
@@ -237,7 +242,7 @@ def recover(records: ledger.ItemLedger, sub: Submission, backend: backends.Backe
     if job_id is not None:
         state = info.state if info else State.PENDING
         follow = state.active or (attach_only and state == State.COMPLETED and not sub.missing())
-        prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text, _image_file(sub)) if follow else {}
+        prov = _at_submission(sub, runner) if follow else {}
         fp = sub.fingerprint if follow else ""  # a finished job's script and inputs are unknown: never attached to later
         record = _record(sub, backend, fp, job_id, log, recovery.mtime, prov, state=state, adopted=True)
         records.append(record)
@@ -259,7 +264,7 @@ def adopt(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend
         return None
     job_id, log = _job_of(intent, found, sub.plan)
     info = backend.query([job_id]).get(job_id)
-    prov = provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text, _image_file(sub)) if intent.fingerprint == fp else {}
+    prov = _at_submission(sub, runner) if intent.fingerprint == fp else {}
     state = info.state if info else State.PENDING
     record = _record(sub, backend, intent.fingerprint, job_id, log, intent.written_at, prov, state=state, adopted=True)
     records.append(record)

@@ -71,6 +71,7 @@ def test_items_of_one_shape_are_the_tasks_of_one_array(tmp_path, monkeypatch):
     for i in range(5):
         (rec,) = book.records(f"work@{i}")
         assert rec.job_id == f"{array_id}_{i}" and rec.provenance["array"] == array_id
+        assert rec.provenance["partition"] == "debug"  # the plan's, what the report bills by
         assert rec.log.endswith(f"-{array_id}_{i}.log") and rec.log.startswith(".orchestrator/logs/work.array-")
         assert (root / rec.script).read_text() == (root / f".orchestrator/scripts/testbed/work@{i}.sbatch").read_text()
         assert "submitting" not in json.loads((root / f".orchestrator/ledger/work@{i}.json").read_text())

@@ -91,7 +91,7 @@ def test_each_submission_is_in_the_ledger(root):
         assert (rec.job_id, rec.backend, rec.profile, rec.state) == (row.job_id, "slurm", "testbed", State.PENDING)
         assert rec.submitted_at == 1000.0
         assert len(rec.fingerprint) == 64 and rec.script == f".orchestrator/scripts/testbed/{row.item}.sbatch"
-        assert rec.provenance["profile"] == "testbed"
+        assert rec.provenance["profile"] == "testbed" and rec.provenance["partition"] == "debug"
         assert "submitting" not in json.loads((root / f".orchestrator/ledger/{row.item}.json").read_text())
 
 

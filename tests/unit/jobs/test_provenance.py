@@ -46,13 +46,16 @@ def test_a_submission_records_code_profile_and_script(tmp_path):
         "git_dirty": False,
     }
     assert ["git", "-C", str(tmp_path), "rev-parse", "HEAD"] in runner.calls
-    # The partition, where the script names one: whole nodes or GPUs, what the report's cost is billed by.
-    partitioned = provenance.at_submission(tmp_path, runner, loaded, SCRIPT.replace("#SBATCH --nodes=2", "#SBATCH --partition='small-g'"))
-    assert partitioned["partition"] == "small-g"
-    assert provenance.of_script("#SBATCH --partition=standard-g\n") == {
-        "script_sha256": provenance.script_hash("#SBATCH --partition=standard-g\n"),
-        "partition": "standard-g",
-    }  # what each task of an array records of its own script
+    # The partition the plan chose: whole nodes or GPUs, what the report's cost is billed by. The profile's
+    # name for it, which the script need not say (Frontier's debug queue is `-p batch -q debug` there).
+    script = SCRIPT.replace("#SBATCH --nodes=2", "#SBATCH --partition=batch")
+    partitioned = provenance.at_submission(tmp_path, runner, loaded, script, None, "debug")
+    assert partitioned["partition"] == "debug"
+    assert provenance.of_job("#SBATCH --partition=batch\n", "debug") == {
+        "script_sha256": provenance.script_hash("#SBATCH --partition=batch\n"),
+        "partition": "debug",
+    }  # what each task of an array records of its own job
+    assert provenance.of_job(SCRIPT, None) == {"script_sha256": provenance.script_hash(SCRIPT)}
 
 
 def test_an_image_file_of_params_is_what_provenance_names():
@@ -224,7 +227,7 @@ def test_the_image_files_own_sha256_is_recorded_and_hashed_once(tmp_path, monkey
     assert provenance.at_submission(tmp_path, git(), lumi, SCRIPT, str(own))["image_sha256"] == hashlib.sha256(b"another SIF").hexdigest()
 
 
-def test_a_profile_image_path_is_filled_in_from_the_scripts_account(tmp_path, monkeypatch):
+def test_a_profile_image_path_is_filled_in_from_the_jobs_account(tmp_path, monkeypatch):
     path = tmp_path / "cluster.yaml"
     profile = yaml.safe_load(selection.load_profile("lumi").text)
     profile["container"]["image"] = str(tmp_path) + "/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator.sif"
@@ -234,10 +237,9 @@ def test_a_profile_image_path_is_filled_in_from_the_scripts_account(tmp_path, mo
     image = tmp_path / "project_465000858" / "al" / "orchestrator.sif"
     image.parent.mkdir(parents=True)
     image.write_bytes(b"the cluster's image")
-    script = SCRIPT.replace("#SBATCH --nodes=2", "#SBATCH --account=project_465000858")
-    prov = provenance.at_submission(tmp_path, git(), loaded, script)
+    prov = provenance.at_submission(tmp_path, git(), loaded, SCRIPT, account="project_465000858")
     assert prov["image"] == profile["container"]["image"] and prov["image_sha256"] == hashlib.sha256(b"the cluster's image").hexdigest()
-    # No account in the script (the reference is known only in the job), or no such file here: no sha256, the path still.
+    # No account (the reference is known only in the job), or no such file here: no sha256, the path still.
     assert "image_sha256" not in provenance.at_submission(tmp_path, git(), loaded, SCRIPT) and "image" in prov
     image.unlink()
-    assert "image_sha256" not in provenance.at_submission(tmp_path, git(), loaded, script)
+    assert "image_sha256" not in provenance.at_submission(tmp_path, git(), loaded, SCRIPT, account="project_465000858")
