@@ -24,7 +24,7 @@ from pathlib import Path
 from orchestrator.analysis import energy
 from orchestrator.errors import OrchestratorError, PipelineError
 from orchestrator.jobs import backends, ledger, provenance
-from orchestrator.pipeline import fingerprint, stages
+from orchestrator.pipeline import dvclock, fingerprint, stages
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import State
 from orchestrator.util.runner import Runner
@@ -50,6 +50,8 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
     book = ledger.Ledger(root)
     found = Recorded()
+    if dvclock.mend(root):  # a process killed while DVC wrote its lock file (a submit, a repro, an earlier record)
+        say(f"{root / '.dvc/tmp/rwlock'} was cut short by a killed DVC process: reset to an empty lock")
     try:
         # DVC names stages relative to the working directory: from the project, as `dvc -C`.
         with contextlib.chdir(root), Repo(str(root)) as repo, lock_repo(repo):

@@ -55,3 +55,19 @@ def test_an_unknown_target_is_one_error_and_nothing_is_recorded(root):  # noqa: 
         record.record(root, None, slurm.runner, ("nosuch",))
     assert "DVC cannot record the finished items" in caught.value.headline and "nosuch" in caught.value.render()
     assert not (root / "dvc.lock").exists() and slurm.runner.called("sacct") == []
+
+
+def test_a_lock_file_cut_short_by_a_killed_dvc_process_does_not_stop_the_record(root):  # noqa: F811
+    slurm = FakeSlurm()
+    rows, _ = submit(root, slurm, targets=("solo",))
+    slurm.states[rows[0].job_id] = "COMPLETED"
+    (root / "solo").mkdir()
+    (root / "solo/result.txt").write_text("done\n")
+    lock = root / ".dvc/tmp/rwlock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text('{"read": {')  # what a SIGKILL mid-write leaves; DVC then refuses every command
+    said = []
+    found = record.record(root, None, slurm.runner, targets=("solo",), say=said.append)
+    assert any("rwlock was cut short" in line for line in said), said
+    assert lock.read_text() != '{"read": {'
+    assert found.recorded == ["solo"] and "solo" in yaml.safe_load((root / "dvc.lock").read_text())["stages"], found
