@@ -49,13 +49,15 @@ import functools
 import json
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: the project's experiments package
+from experiments.common import argtypes  # noqa: E402
 
 LANES = 1024  # Markov walks advanced together by each numpy step
 STEPS = 2048  # words per walk: a chunk of the word stream is LANES * STEPS words
@@ -65,8 +67,6 @@ LONG_FRACTION, LONG_MEDIAN_WORDS, LONG_SIGMA = 0.01, 4000, 0.5
 MIN_WORDS, MAX_WORDS = 8, 100_000
 FORMATS = ("jsonl", "txt")
 MAX_SHARDS = 99_999  # five digits in the shard names
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGT]?)", re.IGNORECASE)
 # Random streams per seed: one for the word stream's chunks, one for each batch's document lengths.
 _WORDS_STREAM, _LENGTHS_STREAM = 0, 1
 
@@ -318,34 +318,9 @@ def _write(chain: Chain, enc: Encoding, files: list, seed: int, documents: int |
     return written, written_bytes
 
 
-def parse_size(text: str) -> int:
-    match = _SIZE.fullmatch(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes, or a number with K, M, G or T (e.g. 500M, 2G)")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the size must be at least 1 byte")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: seeds are 0 or more")
-    return value
+parse_size = argtypes.parse_size
+_positive = argtypes.positive
+_seed = argtypes.whole(0, "seeds are 0 or more")
 
 
 FORMAT_HELP = "jsonl ({'text': ...} per line) or txt (a blank line between documents); default: txt for an --out ending in .txt, else jsonl"

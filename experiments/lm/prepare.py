@@ -30,12 +30,10 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+from experiments.common import argtypes
 from experiments.lm import shards, sources
 from experiments.lm import tokenizer as tokenizers
 from experiments.lm.sources import DataError
-
-_SIZE = re.compile(r"(\d+)([KMGT]?)", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def prepare_all(
@@ -109,30 +107,8 @@ def _remove_other_sets(out: Path, num_shards: int) -> None:
             path.unlink()
 
 
-def parse_size(text: str) -> int:
-    match = _SIZE.fullmatch(text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes, or a number with K, M, G or T (e.g. 64M)")
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
-
-
-def _whole(minimum: int, why: str):
-    """An argparse type: a whole number of at least ``minimum`` (``why`` says what it is when below)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r}: {why}")
-        return value
-
-    return parse
-
-
-_positive = _whole(1, "must be at least 1")
-_index = _whole(0, "indices start at 0")
+_positive = argtypes.positive
+_index = argtypes.whole(0, "indices start at 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--tokenizer", choices=tokenizers.KINDS, default="auto", help="auto: BPE when `tokenizers` is installed")
         p.add_argument("--vocab-size", type=_positive, default=tokenizers.BPE_VOCAB, help="the BPE's vocabulary (default 512)")
         p.add_argument(
-            "--sample-bytes", type=parse_size, default=tokenizers.SAMPLE_BYTES, help="the BPE's training sample, e.g. 64M (default)"
+            "--sample-bytes",
+            type=argtypes.parse_size,
+            default=tokenizers.SAMPLE_BYTES,
+            help="the BPE's training sample, e.g. 64M",
         )
 
     dtype_help = "token file type; auto: uint16 while the vocabulary fits, else uint32"
