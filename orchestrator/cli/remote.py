@@ -155,6 +155,20 @@ def checkout(commit: str, changes: str | None) -> None:
         click.echo(line)
 
 
+@remote.command(hidden=True)
+@click.argument("name")
+@click.argument("stages", nargs=-1, required=True)
+def push(name: str, stages: tuple[str, ...]) -> None:
+    """(On the login node, called by a fetch) push STAGES' cached outs to the DVC remote NAME."""
+    from orchestrator.remote import shared
+
+    count, error = shared.push(Path.cwd(), name, stages)
+    click.echo(f"{count} object(s) pushed to the DVC remote {name!r}")
+    if error:
+        click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+
+
 @click.command()
 @click.argument("targets", nargs=-1)
 @cluster_option()
@@ -163,18 +177,27 @@ def fetch(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
     """Bring the finished items' outputs and dvc.lock entries from the cluster's project folder here.
 
     TARGETS: stages (NAME for all items of a matrix, NAME@ITEM for one); default: every
-    stage the cluster's dvc.lock has. Each out is copied with rsync over the session's ssh
-    and checked against the md5 that dvc.lock there records; a stage with an out missing
-    or not matching is skipped whole, its entry not written. Then `dvc metrics show`,
-    `dvc plots show` and `orchestrator report` work here.
+    stage the cluster's dvc.lock has. Where the project's committed DVC config names a
+    default remote (`dvc remote default`), cached outs go through it (pushed there, pulled
+    here); the rest (`cache: false` outs such as metrics), or everything without one, by
+    rsync over the session's ssh. Each out is checked against the md5 that dvc.lock there
+    records; a stage with an out missing or not matching is skipped whole, its entry not
+    written. Then `dvc metrics show`, `dvc plots show` and `orchestrator report` work here.
     """
     from orchestrator.remote import fetch as fetching
-    from orchestrator.remote.session import command
+    from orchestrator.remote.session import IN_FOLDER, PROJECT_FILE, TAG, command, markers
+    from orchestrator.util.runner import Completed
 
     session, runner = _open(project, cluster)
     where = f"{session.dest.host}:{session.project}"
-    script = 'cd -- "$1" 2>/dev/null || exit 97; [ -f dvc.lock ] || exit 98; cat dvc.lock'
-    done = session.conn.run(command(script, session.project))
+    # the project the folder there holds (session.PREPARE records it) on stderr, then the lock on stdout
+    script = (
+        'if [ -s "$2" ]; then printf "%s project %s\\n" "$3" "$(cat "$2")" >&2; fi; '
+        'cd -- "$1" 2>/dev/null || exit 97; [ -f dvc.lock ] || exit 98; cat dvc.lock'
+    )
+    done = session.conn.run(command(script, session.project, f"{session.folder}/{PROJECT_FILE}", TAG))
+    said = {words[0]: words[1:] for words in markers(done.stderr)}
+    session.check_project(" ".join(said.get("project", [])).split())  # another project's lock: nothing of it fetched
     if done.returncode in (97, 98):
         what = "no project folder" if done.returncode == 97 else "no dvc.lock in the project folder"
         raise fetching.FetchError(
@@ -182,9 +205,15 @@ def fetch(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
             hints=["send the project and run it there: orchestrator submit --remote", "what runs there: orchestrator status --remote"],
         )
     if done.returncode != 0:
-        raise fetching.FetchError(f"cannot read {where}/dvc.lock (exit {done.returncode})", done.stderr.strip().splitlines()[-6:])
+        lines = [line for line in done.stderr.strip().splitlines() if not line.startswith(TAG)]
+        raise fetching.FetchError(f"cannot read {where}/dvc.lock (exit {done.returncode})", lines[-6:])
     copy = fetching.rsync_copier(session.conn.base(), session.dest.host, session.project, runner)
-    results = fetching.fetch(project, done.stdout, where, targets, _stage_names(project), copy, click.echo)
+
+    def push_there(remote: str, stages) -> Completed:
+        argv = ["orchestrator", "remote", "push", "--", remote, *stages]
+        return session.conn.run(command(IN_FOLDER, session.project, *argv, setup=session.dest.setup), retry=False)
+
+    results = fetching.fetch(project, done.stdout, where, targets, _stage_names(project), copy, click.echo, push_there)
     if any(r.problems for r in results):  # an out missing or not matching there: say so in the exit status too
         sys.exit(1)
 

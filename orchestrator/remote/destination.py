@@ -8,6 +8,12 @@ cache there persist between submits. ``${SLURM_JOB_ACCOUNT}`` in ``login.root`` 
 params.yaml's account; ``${USER}`` and ``${HOME}`` are the remote user's, asked over ssh
 (an alias may log in as another user than this one). A relative root is under the remote home.
 
+One folder per clone NAME: two different projects whose clones share a folder name would
+share it, so the folder records the identity of the project it holds (:attr:`Destination.identity`,
+the repository's root commits, which every clone and every later commit of a project keep)
+on its first sync, and a sync from a repository of another identity is refused there
+(:meth:`session.Session.prepare`).
+
 The DVC project may be a folder inside the git repository: the whole repository is sent,
 and the commands run in the same folder inside it there.
 """
@@ -15,6 +21,7 @@ and the commands run in the same folder inside it there.
 from __future__ import annotations
 
 import posixpath
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +39,7 @@ class Destination:
     repo: Path  # the workstation's repository (its top folder)
     prefix: str  # the project's folder inside it, "" or "sub/dir"
     setup: tuple[str, ...]
+    identity: tuple[str, ...] = ()  # the repository's root commit(s); (): none yet (no commit)
 
     def folder(self, user: str, home: str) -> str:
         """The repository's folder on the cluster, with the remote user's ${USER} and ${HOME}."""
@@ -75,7 +83,7 @@ def resolve(project: Path, cluster: str | None, runner: Runner) -> Destination:
             )
         root = root.replace("${SLURM_JOB_ACCOUNT}", prm.settings.account)
     top, prefix = repository(project, runner)
-    return Destination(host, loaded.name, root, top, prefix, login.setup)
+    return Destination(host, loaded.name, root, top, prefix, login.setup, identity(top, runner))
 
 
 def repository(project: Path, runner: Runner) -> tuple[Path, str]:
@@ -92,3 +100,15 @@ def repository(project: Path, runner: Runner) -> tuple[Path, str]:
         )
     prefix = lines[1].strip().rstrip("/") if len(lines) > 1 else ""
     return Path(lines[0].strip()), prefix
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+
+
+def identity(repo: Path, runner: Runner) -> tuple[str, ...]:
+    """The root commit(s) of HEAD's history: what another clone of the same project shares, whatever
+    its folder is called, and an unrelated project does not. (): no commit yet."""
+    done = runner.run(["git", "-C", str(repo), "rev-list", "--max-parents=0", "HEAD"], timeout=60)
+    if done.returncode != 0:
+        return ()
+    return tuple(sorted(line.strip() for line in done.stdout.splitlines() if _COMMIT.fullmatch(line.strip())))

@@ -6,41 +6,47 @@
    stage name, ``name@item``, or a matrix/foreach name for all its items), else every
    stage the lock has there. A target this project's dvc.yaml knows but the cluster's
    lock lacks is skipped as not finished there; one neither knows is an error.
-2. copy each stage's outs (files and folders; metrics, plots and provenance.json among
-   them) with ``rsync`` over the master into a staging folder, ``.orchestrator/fetch/``:
-   nothing in the workspace changes while bytes are on the way.
+2. bring each stage's outs into a staging folder, ``.orchestrator/fetch/``, so nothing in
+   the workspace changes while bytes are on the way. Where the project's committed DVC
+   config names a default remote, cached outs come through it (:mod:`shared`: pushed
+   there by the cluster, exactly the objects of the lock entries pulled here); the outs
+   this side's dvc.yaml marks ``cache: false`` (metrics, plots, provenance.json), or every
+   out without such a remote, come with ``rsync`` over the session's master. The output
+   says which way each came.
 3. hash what arrived the way DVC does (dvc_data's ``build``: the file's md5, a folder's
    ``.dir`` listing hash) and compare with the cluster's lock entry. A stage is taken
    whole or not at all: one out missing there or not matching its entry (changed after
    the run recorded it, cut short) and the stage is skipped, its files not placed and
    its entry not written, so this side's dvc.lock never claims files it does not have.
-4. move the verified outs into place, put them into this side's DVC cache (``dvc status``
-   calls an out whose object is missing "not in cache"), and merge the entries into the
-   local ``dvc.lock`` stage by stage (the cluster's entry replaces this side's for the
-   fetched stages only; the others stay), written to a temporary file and renamed.
+4. move the verified outs into place, put the cached ones into this side's DVC cache
+   (``dvc status`` calls an out whose object is missing "not in cache"; a ``cache: false``
+   out has none, as after ``dvc repro``) and into the .gitignore beside them (DVC's own
+   Output.ignore, as ``dvc repro`` does), and merge the entries into the local
+   ``dvc.lock`` stage by stage (the cluster's entry replaces this side's for the fetched
+   stages only; the others stay), written to a temporary file and renamed.
 
 Then ``dvc metrics show``, ``dvc plots show`` and ``orchestrator report`` read them here.
 
-A DVC remote both sides share would be the better road for cached outputs (``dvc push``
-there, ``dvc pull`` here, deduplicated and resumable); it is not used yet: every out
-comes by rsync. The cluster's side needs ``rsync`` on the non-login shell's PATH (rsync
-starts its server with a plain ``ssh HOST rsync --server``; login.setup does not apply).
+The cluster's side needs ``rsync`` on the non-login shell's PATH (rsync starts its server
+with a plain ``ssh HOST rsync --server``; login.setup does not apply).
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import shlex
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 import yaml
 
 from orchestrator.remote.checkout import LOCK_NAME, _stages
 from orchestrator.remote.connection import RemoteError
+from orchestrator.remote.shared import Puller, default_remote
 from orchestrator.util.runner import Completed, Runner
 
 STAGING = ".orchestrator/fetch"
@@ -58,6 +64,7 @@ class Out:
     md5: str
     hash_name: str  # "md5" (DVC 3), "md5-dos2unix" (a DVC 2 entry without `hash: md5`)
     size: int | None
+    cached: bool = True  # this side's dvc.yaml: `cache: false` outs are no DVC objects (and in no DVC remote)
 
     @property
     def isdir(self) -> bool:
@@ -73,7 +80,9 @@ class Result:
     size: int = 0
     files: int = 0
     why: str = ""  # why it was skipped
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why it was skipped, out by out
+    routes: dict[str, str] = field(default_factory=dict)  # out -> the way it came: "rsync" or "DVC remote 'NAME'"
+    notes: list[str] = field(default_factory=list)  # fetched, but worth saying
 
 
 def parse_lock(text: str, where: str) -> dict:
@@ -163,12 +172,38 @@ class Hasher:
         self._built[str(path)] = (staging, obj)
         return obj.hash_info.value, meta.size
 
-    def cache(self, path: Path) -> None:
-        """Copy the objects of ``path`` (hashed before, from where it lies now) into the cache."""
+    def cache(self, path: Path, keep: bool = True) -> None:
+        """Copy the objects of ``path`` (hashed before, from where it lies now) into the cache; ``keep``
+        False: forget them instead (a ``cache: false`` out)."""
         from dvc_data.hashfile.transfer import transfer
 
         staging, obj = self._built.pop(str(path))
-        transfer(staging, self.odb, {obj.hash_info}, hardlink=False, shallow=False)
+        if keep:
+            transfer(staging, self.odb, {obj.hash_info}, hardlink=False, shallow=False)
+
+    def declared(self, name: str) -> dict | None:
+        """This side's dvc.yaml's outs of stage ``name`` (``name@item`` resolved), by path; None: no such stage here."""
+        from dvc.exceptions import DvcException
+
+        try:
+            # the file named in full: a bare stage name is looked up in the dvc.yaml of the current folder
+            stage = self.repo.stage.get_target(f"{os.path.join(self.repo.root_dir, 'dvc.yaml')}:{name}")
+        except DvcException:
+            return None
+        return {posixpath.normpath(str(out.def_path)): out for out in stage.outs}
+
+    def ignore(self, name: str) -> list[str]:
+        """Stage ``name``'s cached outs into the .gitignore beside them, as ``dvc repro`` does (DVC's
+        own Output.ignore: the scm's ignore file, one entry per out, none twice). What could not be: notes."""
+        from dvc.exceptions import DvcException
+
+        notes = []
+        for out in (self.declared(name) or {}).values():
+            try:
+                out.ignore()
+            except DvcException as exc:  # e.g. the path is tracked by git here: DVC would refuse the same way
+                notes.append(f"{out.def_path}: not added to .gitignore: {exc}")
+        return notes
 
     def close(self) -> None:
         self.repo.close()
@@ -189,10 +224,23 @@ def rsync_copier(ssh_base: Sequence[str], host: str, project: str, runner: Runne
     return copy
 
 
+# Push: ``dvc push`` of these stages' cached outs to the DVC remote named, run on the cluster.
+Pusher = Callable[[str, Sequence[str]], Completed]
+RSYNC = "rsync"
+
+
 def fetch(
-    project: Path, lock_text: str, where: str, targets: Sequence[str], known: Iterable[str], copy: Copier, say: Callable[[str], None]
+    project: Path,
+    lock_text: str,
+    where: str,
+    targets: Sequence[str],
+    known: Iterable[str],
+    copy: Copier,
+    say: Callable[[str], None],
+    push: Pusher | None = None,
 ) -> list[Result]:
-    """Fetch the chosen stages of the cluster's lock ``lock_text`` into ``project`` (see the module's docstring)."""
+    """Fetch the chosen stages of the cluster's lock ``lock_text`` into ``project`` (see the module's
+    docstring). ``push``: how to push there, for a DVC remote both sides share; None: rsync only."""
     stages = parse_lock(lock_text, where)
     if not stages and not targets:
         raise FetchError(f"the cluster's dvc.lock at {where} has no stages: nothing has finished there yet")
@@ -202,8 +250,11 @@ def fetch(
     hasher = Hasher(project)
     entries: dict[str, dict] = {}
     try:
+        plans = {name: _plan(name, stages[name], hasher) for name in chosen}
+        puller = _shared(hasher, plans, staging_root, push, say)
         for name in chosen:
-            result = _fetch_stage(project, name, stages[name], staging_root, hasher, copy)
+            plan = plans[name]
+            result = plan if isinstance(plan, Result) else _fetch_stage(project, name, plan, staging_root, hasher, copy, puller)
             results.append(result)
             if result.fetched:
                 entries[name] = stages[name]
@@ -218,7 +269,15 @@ def fetch(
     return results
 
 
-def _fetch_stage(project: Path, name: str, entry: dict, staging_root: Path, hasher: Hasher, copy: Copier) -> Result:
+@dataclass(frozen=True)
+class Plan:
+    """One stage's outs, each marked by this side's dvc.yaml: cached or not (``cache: false``)."""
+
+    outs: list[Out]
+    declared: bool  # this side's dvc.yaml defines the stage (else: every out by rsync, cached, as DVC's default)
+
+
+def _plan(name: str, entry: dict, hasher: Hasher) -> Plan | Result:
     outs = outs_of(entry if isinstance(entry, dict) else {})
     if not outs:
         return Result(name, False, why="its entry there has no outs")
@@ -228,12 +287,50 @@ def _fetch_stage(project: Path, name: str, entry: dict, staging_root: Path, hash
     unhashed = [out.path for out in outs if not out.md5]
     if unhashed:
         return Result(name, False, why=f"its entry there has no md5 for {', '.join(unhashed)}")
+    declared = hasher.declared(name)
+    if declared is None:
+        return Plan(outs, False)
+    return Plan([replace(out, cached=_use_cache(declared.get(_norm(out.path)))) for out in outs], True)
+
+
+def _use_cache(output) -> bool:
+    return True if output is None else bool(output.use_cache)
+
+
+def _norm(path: str) -> str:
+    return posixpath.normpath(path)
+
+
+def _shared(hasher: Hasher, plans: dict, staging_root: Path, push: Pusher | None, say: Callable[[str], None]) -> Puller | None:
+    """Where the committed DVC config names a default remote: the wanted stages' cached outs pushed
+    there by the cluster, and their objects pulled from it into a store of the staging folder."""
+    remote = default_remote(hasher.repo) if push is not None else None
+    wanted = {name: plan for name, plan in plans.items() if isinstance(plan, Plan) and plan.declared and any(o.cached for o in plan.outs)}
+    if remote is None or not wanted or push is None:
+        return None
+    say(f"pushing {len(wanted)} stage(s)' cached outs to the DVC remote {remote!r} on the cluster")
+    done = push(remote, list(wanted))
+    if done.returncode != 0:  # what did go is used; a stage missing objects is refused below, object by object
+        lines = [line for line in (done.stderr.strip() or done.stdout.strip()).splitlines() if line.strip()]
+        say(f"dvc push on the cluster did not finish cleanly (exit {done.returncode}): {lines[-1] if lines else 'no message'}")
+    puller = Puller(hasher.repo, remote, staging_root / "objects")
+    puller.pull((out.hash_name, out.md5) for plan in wanted.values() for out in plan.outs if out.cached)
+    return puller
+
+
+def _fetch_stage(project: Path, name: str, plan: Plan, staging_root: Path, hasher: Hasher, copy: Copier, puller: Puller | None) -> Result:
+    outs = plan.outs
+    shared = [out for out in outs if puller is not None and plan.declared and out.cached]
+    by_rsync = [out for out in outs if out not in shared]
     staged = Path(tempfile.mkdtemp(prefix="stage-", dir=staging_root))
     try:
-        done = copy([out.path for out in outs], staged)
+        done = copy([out.path for out in by_rsync], staged) if by_rsync else None
         problems = []
         for out in outs:
             local = staged / out.path
+            if out in shared and not puller.lay_out(out.hash_name, out.md5, local):
+                problems.append(f"{out.path}: not whole in the DVC remote {puller.name!r} (not pushed there, or an object of it corrupt)")
+                continue
             if not local.exists() and not local.is_symlink():
                 problems.append(f"{out.path}: missing there")
                 continue
@@ -241,7 +338,7 @@ def _fetch_stage(project: Path, name: str, entry: dict, staging_root: Path, hash
             if got != out.md5:
                 said = f"dvc.lock there says {out.md5}, the copy hashes to {got}"
                 problems.append(f"{out.path}: hash mismatch: {said} (changed there after the run recorded it?)")
-        if problems and done.returncode not in (0, 23, 24):  # not "some files missing": the copy itself failed
+        if problems and done is not None and done.returncode not in (0, 23, 24):  # not "some files missing": the copy itself failed
             raise RemoteError(
                 f"rsync from the cluster failed (exit {done.returncode}) while fetching {name}",
                 done.stderr.strip().splitlines()[-6:],
@@ -252,11 +349,13 @@ def _fetch_stage(project: Path, name: str, entry: dict, staging_root: Path, hash
         size = files = 0
         for out in outs:
             src, dst = staged / out.path, project / out.path
-            hasher.cache(src)
+            hasher.cache(src, keep=out.cached)  # a cache: false out is no DVC object: `dvc status` does not look for one
             bytes_, count = _size(src)
             size, files = size + bytes_, files + count
             _replace(src, dst)
-        return Result(name, True, size=size, files=files)
+        notes = hasher.ignore(name) if plan.declared else []
+        routes = {out.path: (f"DVC remote {puller.name!r}" if out in shared else RSYNC) for out in outs}
+        return Result(name, True, size=size, files=files, routes=routes, notes=notes)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 
@@ -285,9 +384,20 @@ def _replace(src: Path, dst: Path) -> None:
 
 def describe(result: Result) -> str:
     if result.fetched:
-        return f"fetched {result.stage}: {result.files} file(s), {_human(result.size)}"
+        ways: dict[str, list[str]] = {}
+        for path, way in result.routes.items():
+            ways.setdefault(way, []).append(path)
+        how = "; ".join(f"{', '.join(paths)} " + _way(way) for way, paths in ways.items())
+        if len(ways) == 1:
+            how = _way(next(iter(ways)))
+        lines = [f"fetched {result.stage}: {result.files} file(s), {_human(result.size)}" + (f" ({how})" if how else "")]
+        return "\n".join([*lines, *(f"  {note}" for note in result.notes)])
     lines = [f"skipped {result.stage}: {result.why}", *(f"  {p}" for p in result.problems)]
     return "\n".join(lines)
+
+
+def _way(way: str) -> str:
+    return f"by {way}" if way == RSYNC else f"through the {way}"
 
 
 def _human(size: int) -> str:

@@ -59,6 +59,10 @@ class VersionMismatch(RemoteError):
     """The login node runs another version of the orchestrator than this side."""
 
 
+class ForeignProject(RemoteError):
+    """The project's folder on the cluster holds another project (a clone of the same folder name)."""
+
+
 # Runs the profile's login.setup lines: $1 is their count, then the lines; each eval'd on its own.
 _SETUP = (
     'n=$1; shift; while [ "$n" -gt 0 ]; do eval "$1" || { printf "%s setup-failed %s\\n" "$T" "$1" >&2; exit 96; }; '
@@ -71,12 +75,20 @@ PROBE = (
     'if command -v flock >/dev/null 2>&1 && command -v setsid >/dev/null 2>&1; then printf "%s tools yes\\n" "$T"; fi; '
     'if v=$(orchestrator --version 2>/dev/null); then printf "%s version %s\\n" "$T" "$v"; fi; exit 0'
 )
-# $1: the repository's folder; $2: the project folder. Makes the repository (git init) and
-# says whether a submit of the project is running there.
+# $1: the repository's folder; $2: the project folder; $3: this repository's identity (its
+# root commits, space-separated; "": none yet). Makes the repository (git init), records the
+# identity of the project it holds where none is (a folder synced before identities were
+# recorded: the root commits of what was pushed there), says which it holds and whether a
+# submit of the project is running there.
+PROJECT_FILE = ".git/orchestrator-project"
 PREPARE = (
     f"T='{TAG}'; {_SETUP}"
     'mkdir -p -- "$1" || exit 97; cd -- "$1" || exit 97; '
     'if [ -d .git ]; then :; else git init -q . || exit 97; printf "%s created\\n" "$T"; fi; '
+    f"f={PROJECT_FILE}; "
+    'if [ ! -s "$f" ]; then r=$(git rev-list --max-parents=0 refs/orchestrator/head 2>/dev/null | tr "\\n" " "); '
+    '[ -n "$r" ] || r=$3; if [ -n "$r" ]; then printf "%s\\n" "$r" > "$f"; fi; fi; '
+    'if [ -s "$f" ]; then printf "%s project %s\\n" "$T" "$(cat "$f")"; fi; '
     'mkdir -p -- "$2" || exit 97; cd -- "$2" || exit 97; '
     f"lock={RUNS_DIR}/submit.lock; "
     'if [ -e "$lock" ]; then if flock -n "$lock" true; then :; else '
@@ -95,6 +107,20 @@ FOLLOW = (
     'cd -- "$1" || { printf "%s no-folder\\n" "$T" >&2; exit 97; }; id=$2; off=$3; '
     'if [ -z "$id" ]; then id=$(cd "$r" 2>/dev/null && ls -1td -- */ 2>/dev/null | head -n 1); id=${id%/}; fi; ' + _FOLLOW
 )
+# Each run leaves its folder (argv, log, pid, status) for `remote attach` and for reading
+# later; without an end they would pile up over months of submits and status calls. The
+# newest KEEP_RUNS finished ones stay: far more than anyone follows back, small (logs of
+# the login node's side only; the jobs' own logs are elsewhere).
+KEEP_RUNS = 50
+# In $r (the runs' folder): removes the oldest finished runs beyond KEEP_RUNS. Run ids start
+# with their UTC start time, so the glob's order is their age. Never a running one: one
+# without a status, or whose pid is alive.
+PRUNE = (
+    'n=0; for x in "$r"/*/; do if [ -f "${x}status" ]; then n=$((n+1)); fi; done; '
+    f'for x in "$r"/*/; do [ "$n" -gt {KEEP_RUNS} ] || break; '
+    'if [ -f "${x}status" ]; then p=$(cat "${x}pid" 2>/dev/null); '
+    'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then :; else rm -rf -- "$x"; n=$((n-1)); fi; fi; done; '
+)
 # $1: project folder; $2: run id; $3: submit or other; then orchestrator's arguments.
 # A submit takes the project's lock (fd 9) and hands it to the detached process: while
 # that runs, the next submit finds the lock taken and follows that run instead.
@@ -106,11 +132,15 @@ RUN = (
     'if flock -n 9; then printf "%s\\n" "$id" > "$r/submit.run"; '
     'else exec 9>&-; sleep 1; id=$(cat "$r/submit.run"); kind=attached; fi; fi; '
     'if [ "$kind" = attached ]; then printf "%s attached %s %s\\n" "$T" "$id" "$(cat "$r/$id/argv" 2>/dev/null)" >&2; else '
+    f"{PRUNE}"
     'd=$r/$id; mkdir -p "$d" || exit 97; printf "%s\\n" "$*" > "$d/argv"; : > "$d/log"; '
     '( setsid nohup sh -c \'orchestrator "$@" 9>&-; echo $? > "$0/status.part"; mv "$0/status.part" "$0/status"\' "$d" "$@" '
     '> "$d/log" 2>&1 < /dev/null & echo $! > "$d/pid" ); exec 9>&-; '
     'printf "%s started %s\\n" "$T" "$id" >&2; fi; ' + _FOLLOW
 )
+
+# $1: a folder; then a command: run there after login.setup (each line eval'd; 96: one failed).
+IN_FOLDER = 'n=$1; shift; while [ "$n" -gt 0 ]; do eval "$1" || exit 96; shift; n=$((n-1)); done; cd -- "$1" || exit 97; shift; "$@"'
 
 
 def command(script: str, *args: str, setup: Sequence[str] | None = None) -> str:
@@ -195,13 +225,32 @@ class Session:
         return self.dest.project(self.facts.user, self.facts.home)
 
     def prepare(self) -> tuple[bool, str | None]:
-        """Make the repository there if new; whether it was, and the run id of a submit running there."""
-        done = self.conn.run(command(PREPARE, self.folder, self.project, setup=self.dest.setup))
+        """Make the repository there if new; whether it was, and the run id of a submit running there.
+        :class:`ForeignProject` where the folder holds another project: nothing sent."""
+        ours = self.dest.identity
+        done = self.conn.run(command(PREPARE, self.folder, self.project, " ".join(ours), setup=self.dest.setup))
         if done.returncode != 0:
             raise RemoteError(f"cannot make the project folder {self.folder} on {self.dest.host}", _said(done))
         found = {words[0]: words[1:] for words in markers(done.stdout)}
+        self.check_project(" ".join(found.get("project", [])).split())
         busy = found.get("busy")
         return "created" in found, (busy[0] if busy else "") or (None if busy is None else "?")
+
+    def check_project(self, theirs: Sequence[str]) -> None:
+        """:class:`ForeignProject` where ``theirs`` (the identity the folder there recorded) shares no root
+        commit with this repository's: another project's clone by the same folder name was sent there."""
+        ours = self.dest.identity
+        if not ours or not theirs or set(ours) & set(theirs):
+            return
+        repo = self.dest.repo
+        raise ForeignProject(
+            f"{self.dest.host}:{self.folder} holds another project (first commit {theirs[0][:12]}; this repository's is "
+            f"{ours[0][:12]}): a clone of another project by the same folder name, {repo.name!r}, was sent there; nothing was sent",
+            hints=[
+                f"rename this clone's folder ({repo}): the folder there is <login.root>/<the clone's folder name>",
+                f"or set login.root in the profile {self.dest.cluster!r} to a folder for this project",
+            ],
+        )
 
     def run(
         self, argv: Sequence[str], out: Callable[[bytes], None], say: Callable[[str], None], now: Callable[[], float] = time.time

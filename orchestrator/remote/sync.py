@@ -31,7 +31,7 @@ from pathlib import Path
 
 from orchestrator.remote.checkout import NOT_MERGED
 from orchestrator.remote.connection import RemoteError
-from orchestrator.remote.session import Session, command
+from orchestrator.remote.session import IN_FOLDER, Session, command
 from orchestrator.util.runner import Completed, Runner
 
 HEAD_REF = "refs/orchestrator/head"
@@ -100,8 +100,7 @@ def sync(
             f"git push to {dest.host}:{session.folder} failed (exit {done.returncode})", done.stderr.strip().splitlines()[-8:]
         )
     args = ["orchestrator", "remote", "checkout", snap.head, *(["--changes", snap.changes] if snap.changes else [])]
-    script = 'n=$1; shift; while [ "$n" -gt 0 ]; do eval "$1" || exit 96; shift; n=$((n-1)); done; cd -- "$1" || exit 97; shift; "$@"'
-    done = session.conn.run(command(script, session.folder, *args, setup=dest.setup), retry=False)
+    done = session.conn.run(command(IN_FOLDER, session.folder, *args, setup=dest.setup), retry=False)
     for line in done.stdout.splitlines():
         say(line)
     if done.returncode != 0:

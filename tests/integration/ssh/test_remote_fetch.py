@@ -83,3 +83,41 @@ def test_fetch_from_an_unreachable_host_is_one_message(login, tmp_path):
     login.add_host("closed-port", "127.0.0.1", port=1)
     login.set_login_host(project, "closed-port")
     one_error(login.orchestrator("fetch", cwd=project), "cannot reach closed-port: the connection was refused")
+
+
+def test_cached_outs_come_through_a_shared_dvc_remote_and_cache_false_ones_by_rsync(login, tmp_path):
+    """A default DVC remote in the committed .dvc/config, in a folder both sides reach (the login node is
+    this machine, as a shared file system is): the cluster pushes, this side pulls; the items' out folders
+    are gone from the cluster's workspace (in its DVC cache only), so rsync could not have brought them."""
+    project = login.workstation(tmp_path / "ws" / "proj", items=2)
+    pipeline = yaml.safe_load((project / "dvc.yaml").read_text())
+    pipeline["stages"]["probe"]["metrics"] = [{"m/${item.layout.i}.json": {"cache": False}}]
+    (project / "dvc.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False))
+    store = tmp_path / "dvc-store"
+    assert dvc(project, "remote", "add", "-d", "shared", str(store)).returncode == 0
+    subprocess.run([*GIT_ID, "commit", "-q", "-am", "a shared DVC remote"], cwd=project, check=True, capture_output=True)
+    synced = login.orchestrator("remote", "sync", cwd=project)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    folder = login.cluster_root / "proj"
+    (folder / "m").mkdir()
+    for i in range(2):
+        (folder / f"m/{i}.json").write_text(json.dumps({"loss": 0.5 + i}) + "\n")
+    items = finish_there(folder)
+    for i in range(2):
+        subprocess.run(["rm", "-rf", str(folder / "out" / str(i))], check=True)
+
+    done = login.orchestrator("fetch", cwd=project)
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text
+    fetched = sorted(line for line in done.stdout.splitlines() if line.startswith("fetched "))
+    assert len(fetched) == 2, text
+    for i, (name, line) in enumerate(zip(sorted(items), fetched, strict=True)):
+        assert line.startswith(f"fetched {name}: 4 file(s), "), text
+        assert line.endswith(f"(m/{i}.json by rsync; out/{i} through the DVC remote 'shared')"), text
+    assert any(store.rglob("*.dir")), "nothing was pushed to the shared remote"
+    assert (project / "out/1/rank0.txt").read_text() == "done" and json.loads((project / "m/1.json").read_text()) == {"loss": 1.5}
+    status = dvc(project, "status", *items, "--json")
+    assert status.returncode == 0 and json.loads(status.stdout) == {}, status.stdout + status.stderr
+    ignored = subprocess.run(["git", "check-ignore", "out/0", "out/1", "m/0.json"], cwd=project, capture_output=True, text=True)
+    assert ignored.stdout.split() == ["out/0", "out/1"], ignored.stdout + ignored.stderr  # DVC's entries; m/ is not DVC-cached
+    assert (project / "out/.gitignore").read_text().splitlines() == ["/0", "/1"]

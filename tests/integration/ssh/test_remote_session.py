@@ -7,11 +7,13 @@ it: one run). The `login` fixture: conftest.py beside this."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from support import one_error
 
 pytestmark = pytest.mark.ssh
 
@@ -101,3 +103,19 @@ def test_a_second_submit_while_one_runs_follows_it(login, slow):
     third = login.orchestrator("submit", "--remote", cwd=slow)
     assert third.returncode == 3 and "checked out" in third.stderr, third.stderr
     assert len(_logs(login, "submit")) == 2
+
+
+def test_another_project_in_a_clone_of_the_same_name_is_refused_and_another_clone_of_the_same_project_is_not(login, tmp_path):
+    first = login.workstation(tmp_path / "a" / "proj", items=2)
+    other = login.workstation(tmp_path / "b" / "proj", items=3)  # another project (its own first commit), the same folder name
+    assert login.orchestrator("remote", "sync", cwd=first).returncode == 0
+    head = (login.cluster_root / "proj/.git/refs/orchestrator/head").read_text()
+    text = one_error(login.orchestrator("remote", "sync", cwd=other), "holds another project", "rename this clone's folder", "login.root")
+    assert str(login.cluster_root / "proj") in text
+    assert (login.cluster_root / "proj/.git/refs/orchestrator/head").read_text() == head  # nothing was pushed
+    one_error(login.orchestrator("submit", "--remote", cwd=other), "holds another project")
+    one_error(login.orchestrator("fetch", cwd=other), "holds another project")  # its lock is not this project's
+    clone = tmp_path / "c" / "proj"
+    subprocess.run(["git", "clone", "-q", str(first), str(clone)], check=True, capture_output=True)
+    again = login.orchestrator("remote", "sync", cwd=clone)
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -32,9 +32,11 @@ def dvc(where: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["dvc", *args], cwd=where, capture_output=True, text=True, check=False)
 
 
-def project(where: Path) -> Path:
+def project(where: Path, git: bool = False) -> Path:
     where.mkdir(parents=True)
-    assert dvc(where, "init", "--no-scm", "-q").returncode == 0
+    if git:
+        subprocess.run(["git", "init", "-q"], cwd=where, check=True)
+    assert dvc(where, "init", *([] if git else ["--no-scm"]), "-q").returncode == 0
     (where / "dvc.yaml").write_text(yaml.safe_dump(DVC_YAML, sort_keys=False))
     return where
 
@@ -68,10 +70,10 @@ def copier(source: Path, calls: list | None = None, code: int | None = None):
     return copy
 
 
-def run_fetch(here: Path, source: Path, targets=(), copy=None) -> tuple[list[fetching.Result], list[str]]:
+def run_fetch(here: Path, source: Path, targets=(), copy=None, push=None) -> tuple[list[fetching.Result], list[str]]:
     said: list[str] = []
     lock = (source / "dvc.lock").read_text()
-    results = fetching.fetch(here, lock, "login:/c", targets, ["train", "other"], copy or copier(source), said.append)
+    results = fetching.fetch(here, lock, "login:/c", targets, ["train", "other"], copy or copier(source), said.append, push)
     return results, said
 
 
@@ -79,7 +81,7 @@ def test_all_finished_stages_come_back_and_dvc_calls_them_up_to_date(cluster, tm
     here = project(tmp_path / "ws")
     results, said = run_fetch(here, cluster)
     assert [(r.stage, r.fetched) for r in results] == [("train@1", True), ("train@2", True)]
-    assert said[0] == "fetched train@1: 2 file(s), 19 B"  # model1\n and {"loss": 1}\n
+    assert said[0] == "fetched train@1: 2 file(s), 19 B (by rsync)"  # model1\n and {"loss": 1}\n
     assert (here / "out/2/w.txt").read_text() == "model2\n"
     assert yaml.safe_load((here / "dvc.lock").read_text()) == yaml.safe_load((cluster / "dvc.lock").read_text())
     status = dvc(here, "status", "train", "--json")
@@ -202,3 +204,104 @@ def test_rsync_copier_rides_the_session_master(tmp_path):
         "rsync", "-a", "--relative", "--partial", "-s", "-e", "ssh -o 'ControlPath=~/.ssh/orchestrator-%C'",
         "login:/p/my proj/./out/1", "login:/p/my proj/./m1.json", f"{tmp_path}/",
     ]  # fmt: skip
+
+
+def cached(project: Path, md5: str) -> bool:
+    return (project / ".dvc/cache/files/md5" / md5[:2] / md5[2:]).exists()
+
+
+def lock_outs(source: Path, stage: str) -> dict[str, str]:
+    return {out["path"]: out["md5"] for out in yaml.safe_load((source / "dvc.lock").read_text())["stages"][stage]["outs"]}
+
+
+def test_cache_false_outs_stay_out_of_the_cache_and_cached_outs_are_gitignored(cluster, tmp_path):
+    here = project(tmp_path / "ws", git=True)
+    results, _ = run_fetch(here, cluster, ["train@1"])
+    assert results[0].fetched
+    md5 = lock_outs(cluster, "train@1")
+    assert cached(here, md5["out/1"]) and not cached(here, md5["m1.json"])  # m1.json is `cache: false` in dvc.yaml
+    ignored = subprocess.run(["git", "check-ignore", "out/1/w.txt", "m1.json"], cwd=here, capture_output=True, text=True)
+    assert ignored.stdout.split() == ["out/1/w.txt"], ignored.stdout + ignored.stderr
+    assert (here / "out/.gitignore").read_text().splitlines() == ["/1"]  # DVC's own entry, where DVC puts it
+    run_fetch(here, cluster, ["train@1"])
+    assert (here / "out/.gitignore").read_text().splitlines() == ["/1"]  # a second fetch adds none twice
+    status = dvc(here, "status", "train@1", "--json")
+    assert status.returncode == 0 and json.loads(status.stdout) == {}, status.stdout + status.stderr
+
+
+@pytest.fixture
+def shared(cluster, tmp_path):
+    """The cluster's project and a workstation project, both with a default DVC remote in a folder both reach."""
+    remote = tmp_path / "dvc-remote"
+    there = tmp_path / "there"
+    shutil.copytree(cluster, there)
+    here = project(tmp_path / "ws")
+    for side in (there, here):
+        assert dvc(side, "remote", "add", "-d", "shared", str(remote)).returncode == 0
+    return there, here, remote
+
+
+def pusher(there: Path, calls: list):
+    from orchestrator.remote import shared as sharing
+
+    def push(remote, stages):
+        calls.append((remote, list(stages)))
+        count, error = sharing.push(there, remote, stages)
+        return Completed(("orchestrator", "remote", "push"), 1 if error else 0, f"{count} pushed\n", error or "")
+
+    return push
+
+
+def test_cached_outs_come_through_the_shared_dvc_remote_and_the_rest_by_rsync(shared, tmp_path):
+    there, here, remote = shared
+    shutil.rmtree(there / "out")  # in the cluster's cache only: rsync could not bring them
+    copied, pushed = [], []
+    results, said = run_fetch(here, there, copy=copier(there, copied), push=pusher(there, pushed))
+    assert [(r.stage, r.fetched) for r in results] == [("train@1", True), ("train@2", True)], said
+    assert pushed == [("shared", ["train@1", "train@2"])]
+    assert copied == [["m1.json"], ["m2.json"]]  # only the cache: false outs went by rsync
+    assert "fetched train@1: 2 file(s), 19 B (m1.json by rsync; out/1 through the DVC remote 'shared')" in said
+    assert (here / "out/2/w.txt").read_text() == "model2\n"
+    assert any(remote.rglob("*.dir"))
+    status = dvc(here, "status", "train", "--json")
+    assert status.returncode == 0 and json.loads(status.stdout) == {}, status.stdout + status.stderr
+
+
+def test_a_tampered_remote_object_is_refused_and_kept_out_of_the_cache(shared):
+    there, here, remote = shared
+    from orchestrator.remote import shared as sharing
+
+    assert sharing.push(there, "shared", ["train@1"]) == (2, None)  # the .dir listing and its one file
+    md5 = hashlib_md5(there / "out/1/w.txt")
+    obj = remote / "files/md5" / md5[:2] / md5[2:]
+    obj.chmod(0o644)
+    obj.write_text("tampered\n")
+    results, _ = run_fetch(here, there, ["train@1"], push=pusher(there, []))  # the push finds it there: not sent again
+    # DVC's transfer checks what it reads and drops a corrupt object: refused before fetch's own hash check
+    assert results[0].problems == ["out/1: not whole in the DVC remote 'shared' (not pushed there, or an object of it corrupt)"]
+    assert not results[0].fetched
+    assert not cached(here, md5) and not (here / "out/1").exists() and not (here / "dvc.lock").exists()
+
+
+def test_objects_the_push_did_not_send_skip_their_stage(shared):
+    there, here, _ = shared
+    failing = lambda remote, stages: Completed(("orchestrator",), 1, "", "ERROR: failed to push data to the cloud")  # noqa: E731
+    copied: list = []
+    results, said = run_fetch(here, there, ["train@1"], copy=copier(there, copied), push=failing)
+    assert "dvc push on the cluster did not finish cleanly (exit 1): ERROR: failed to push data to the cloud" in said
+    assert not results[0].fetched and results[0].problems[0].startswith("out/1: not whole in the DVC remote 'shared'")
+    assert not (here / "m1.json").exists() and not (here / "dvc.lock").exists()  # the stage whole or not at all
+
+
+def test_without_a_committed_default_remote_everything_comes_by_rsync(cluster, tmp_path):
+    here = project(tmp_path / "ws")
+    assert dvc(here, "remote", "add", "--local", "-d", "mine", str(tmp_path / "r")).returncode == 0  # not shared: config.local
+    pushed, copied = [], []
+    results, _ = run_fetch(here, cluster, ["train@1"], copy=copier(cluster, copied), push=pusher(cluster, pushed))
+    assert results[0].fetched and pushed == [] and copied == [["m1.json", "out/1"]]
+
+
+def hashlib_md5(path: Path) -> str:
+    import hashlib
+
+    return hashlib.md5(path.read_bytes()).hexdigest()

@@ -4,6 +4,7 @@ positional parameters), the probe and the version check, following a run through
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -176,3 +177,95 @@ def test_a_slurm_error_here_hints_at_remote_where_the_profile_has_a_login_node(t
     assert remote.hint(tmp_path, "testbed") is None  # no login node named
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
     assert remote.hint(tmp_path, None) is None  # on a login node: no hint
+
+
+class ShellConnection:
+    """run() with sh here standing in for ssh to the login node."""
+
+    def run(self, line, **kw):
+        done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=60)
+        return Completed(("ssh",), done.returncode, done.stdout, done.stderr)
+
+
+def _prepared(tmp_path, identity, clone="proj") -> Session:
+    dest = Destination("lumi", "lumi", str(tmp_path / "root"), Path("/ws") / clone, "", (), identity)
+    return Session(ShellConnection(), dest, Facts("u", str(tmp_path), True, True, __version__))
+
+
+A, B, C = "a" * 40, "b" * 40, "c" * 40
+
+
+def test_a_folder_holding_another_project_is_refused_and_another_clone_of_the_same_one_is_not(tmp_path):
+    assert _prepared(tmp_path, (A,)).prepare() == (True, None)
+    record = tmp_path / "root/proj" / session.PROJECT_FILE
+    assert record.read_text().split() == [A]  # recorded on the first sync
+    with pytest.raises(session.ForeignProject) as caught:
+        _prepared(tmp_path, (B,)).prepare()
+    text = caught.value.render()
+    assert f"lumi:{tmp_path}/root/proj holds another project (first commit {A[:12]}; this repository's is {B[:12]})" in text
+    assert "rename this clone's folder" in text and "set login.root in the profile 'lumi'" in text and caught.value.exit_code == 2
+    assert record.read_text().split() == [A]  # nothing changed there
+    assert _prepared(tmp_path, (C, A)).prepare() == (False, None)  # another clone, histories merged since: one root shared
+    assert _prepared(tmp_path, ()).prepare() == (False, None)  # no commit here yet: nothing to compare (the sync refuses it)
+
+
+def test_a_folder_synced_before_identities_were_recorded_is_known_by_what_was_pushed_there(tmp_path):
+    folder = tmp_path / "root/proj"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@e", "-C", str(folder)]
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "root"], check=True)
+    subprocess.run([*git, "update-ref", "refs/orchestrator/head", "HEAD"], check=True)
+    root = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    with pytest.raises(session.ForeignProject):
+        _prepared(tmp_path, (B,)).prepare()
+    assert (folder / session.PROJECT_FILE).read_text().split() == [root]
+    assert _prepared(tmp_path, (root,)).prepare() == (False, None)
+
+
+def test_identity_is_the_root_commits_and_none_without_a_commit(tmp_path):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@e", "-C", str(tmp_path)]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    from orchestrator.util.runner import SubprocessRunner
+
+    assert destination.identity(tmp_path, SubprocessRunner()) == ()
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "root"], check=True)
+    first = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "second"], check=True)
+    assert destination.identity(tmp_path, SubprocessRunner()) == (first,)
+
+
+def test_old_finished_runs_are_pruned_and_running_ones_never(tmp_path):
+    runs = tmp_path / ".orchestrator/remote"
+    keep = session.KEEP_RUNS
+    names = [f"20260101T0000{i:02d}-status-00000" for i in range(keep + 5)]
+    for name in names:
+        (runs / name).mkdir(parents=True)
+        (runs / name / "status").write_text("0\n")
+        (runs / name / "pid").write_text("999999999\n")  # no such process
+    (runs / names[0] / "status").unlink()  # the oldest still running: no status yet
+    (runs / names[1] / "pid").write_text(f"{os.getpid()}\n")  # its process alive
+    (runs / "submit.run").write_text(names[0])
+    done = subprocess.run(["sh", "-c", f"r={shlex.quote(str(runs))}; {session.PRUNE} exit 0"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    left = sorted(p.name for p in runs.iterdir())
+    # the two running ones, and the newest finished up to KEEP_RUNS (the one with a live pid among them)
+    assert left == sorted([*names[:2], *names[-(keep - 1) :], "submit.run"])
+    again = subprocess.run(["sh", "-c", f"r={shlex.quote(str(runs))}; {session.PRUNE} exit 0"], capture_output=True, text=True)
+    assert again.returncode == 0 and sorted(p.name for p in runs.iterdir()) == left
+
+
+def test_a_new_run_prunes_before_it_starts(tmp_path):
+    runs = tmp_path / ".orchestrator/remote"
+    for i in range(session.KEEP_RUNS + 2):
+        (runs / f"20250101T0000{i:02d}-status-00000").mkdir(parents=True)
+        (runs / f"20250101T0000{i:02d}-status-00000" / "status").write_text("0\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "orchestrator").write_text("#!/bin/sh\necho ran\n")
+    (fake / "orchestrator").chmod(0o755)
+    new = "20260101T000000-status-00000"
+    line = session.command(session.RUN, str(tmp_path), new, "other", "status", setup=[f"export PATH={fake}:$PATH"])
+    done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=60)
+    assert done.stdout == "ran\n", done.stderr
+    left = sorted(p.name for p in runs.iterdir())
+    assert len(left) == session.KEEP_RUNS + 1 and left[-1] == new and "20250101T000001-status-00000" not in left
