@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.options import cluster_option, display_path, project_option
+from orchestrator.config.profile import BUILDERS
 from orchestrator.containers.build import DEFAULT_TIMEOUT, IMAGES_DIR, build
 from orchestrator.containers.images import CONTAINERS_DIR, ContainerError
 
@@ -67,17 +68,30 @@ def _stoppable(command):
 )
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Give up on a build after this many seconds.")
 @click.option("--push", is_flag=True, help="Then copy the image to the profile's container.image path on its push_host (rsync over ssh).")
-@cluster_option("With --push: built-in profile name or profile file")
+@cluster_option("With --push or --on-cluster: built-in profile name or profile file")
 @click.option("--ssh-option", "ssh_options", multiple=True, help="With --push: an option for ssh (repeatable), e.g. --ssh-option=-p2222.")
 @click.option(
     "--replace-other-image",
     is_flag=True,
-    help="With --push: push NAME although the profile's jobs run another image, or over a file that holds another image "
-    "(or one of unknown name).",
+    help="With --push or --on-cluster: push (build) NAME although the profile's jobs run another image, or over a file that "
+    "holds another image (or one of unknown name).",
 )
+@click.option(
+    "--on-cluster",
+    is_flag=True,
+    help="Build in a Slurm job of the profile's cluster (its container.build section), into its container.image path; "
+    "from a workstation, over ssh on the login node as `submit --remote` does.",
+)
+@click.option("--remote", "-r", is_flag=True, help="With --on-cluster: go over ssh to the login node even where this machine has Slurm.")
+@click.option("--with-changes", is_flag=True, help="With --on-cluster over ssh: also send the uncommitted changes.")
+@click.option("--here", is_flag=True, hidden=True, help="With --on-cluster: this is the login node (what the ssh call runs there).")
+@click.option("--builder", type=click.Choice(BUILDERS), default="fakeroot", hidden=True, help="How to build without root (the profile's).")
 @project_option
 @_stoppable
-def build_command(name, force, output, digest_file, overrides, timeout, push, cluster, ssh_options, replace_other_image, project) -> None:
+def build_command(
+    name, force, output, digest_file, overrides, timeout, push, cluster, ssh_options, replace_other_image, on_cluster, remote, with_changes,
+    here, builder, project,
+) -> None:  # fmt: skip
     """Build image NAME of containers/images.yaml (default: ci; with --push, the image
     params.yaml's orchestrator.image names for the profile) unless it is up to date.
 
@@ -85,9 +99,29 @@ def build_command(name, force, output, digest_file, overrides, timeout, push, cl
     rendered definition and every file it copies in. The build runs
     `apptainer build --fakeroot` (or singularity) into a temporary file and renames
     it into place only on success; the image's content hash (content-sha256:...) goes to the digest file.
+
+    With --on-cluster, the build runs in a Slurm job on the profile's container.build
+    partition (builder fakeroot, or proot where the site has no user namespaces), straight
+    into the path the profile's jobs read the image from; up to date there, nothing is
+    submitted. From a workstation it goes to the login node over ssh (the project sent as
+    `submit --remote` sends it), and the digest file comes back here.
     """
     from orchestrator.containers import progress
     from orchestrator.util.runner import SubprocessRunner
+
+    if on_cluster:
+        from orchestrator.cli import container_cluster
+
+        clash = [flag for flag, given in (("--push", push), ("--output", output is not None)) if given]
+        if clash:
+            raise ContainerError(
+                f"--on-cluster puts the image where the profile's jobs read it (container.image): leave out {' and '.join(clash)}"
+            )
+        request = container_cluster.Request(name, force, digest_file, tuple(overrides), replace_other_image)
+        return container_cluster.build_on_cluster(project, cluster, request, here, remote, with_changes)
+    misplaced = [flag for flag, given in (("--remote", remote), ("--with-changes", with_changes), ("--here", here)) if given]
+    if misplaced:
+        raise ContainerError(f"{' and '.join(misplaced)}: only with --on-cluster (add it, or leave them out)")
 
     destination = push_destination(project, cluster, name, replace_other_image, SubprocessRunner()) if push else None
     if destination is not None:
@@ -106,6 +140,7 @@ def build_command(name, force, output, digest_file, overrides, timeout, push, cl
             timeout=timeout,
             say=lambda line: click.echo(line, err=True),
             display=progress.Terminal() if sys.stderr.isatty() else None,  # else one line per phase
+            builder=builder,
         )
     except OSError as exc:  # an unwritable image folder, a full disk (our own errors: the main CLI reports them)
         click.secho(f"error: {exc}", err=True, fg="red")
@@ -143,14 +178,21 @@ def push_destination(project: Path, cluster: str | None, name: str | None, repla
     """Where `build --push` sends an image, and which one: the image params.yaml's
     orchestrator.image names for the profile (clusters.NAME merged), the one its jobs run
     from that path; never the default ``ci``. Another NAME only with ``replace_other_image``."""
-    from orchestrator.config.params import NO_IMAGE
-    from orchestrator.containers import images
-    from orchestrator.containers.push import REPLACE_FLAG
     from orchestrator.scripts.workspace import Workspace
 
     ws = Workspace.open(project, cluster, runner)
     target = push_target(ws)
-    settings = ws.params.settings
+    return PushDestination(target, image_for(project, ws.cluster, ws.params.settings, name, replace_other_image, target))
+
+
+def image_for(project: Path, cluster: str, settings, name: str | None, replace_other_image: bool, target: str, flag: str = "--push") -> str:
+    """The images.yaml image that goes to ``target``, where profile ``cluster``'s jobs read
+    theirs (params ``settings`` with the profile's overlay): params.yaml's orchestrator.image;
+    NAME when it is that one, or with ``replace_other_image``. ``flag`` names the option in messages."""
+    from orchestrator.config.params import NO_IMAGE
+    from orchestrator.containers import images
+    from orchestrator.containers.push import REPLACE_FLAG
+
     wanted = settings.image or NO_IMAGE
     try:
         known = images.names(project)
@@ -163,10 +205,11 @@ def push_destination(project: Path, cluster: str | None, name: str | None, repla
             what = "'none' (tasks run on the host)" if wanted == NO_IMAGE else f"your own image file {wanted!r} (jobs read it where it is)"
             choices = f"one of: {', '.join(known)}" if known else "an image of containers/images.yaml"
             raise ContainerError(
-                f"--push: params.yaml's orchestrator.image for profile {ws.cluster!r} is {what}, so there is no containers/images.yaml "
-                f"image to build and push; set it to {choices} (clusters.{ws.cluster}.orchestrator.image for this profile only)"
+                f"{flag}: params.yaml's orchestrator.image for profile {cluster!r} is {what}, so there is no containers/images.yaml "
+                f"image to build and {'push' if flag == '--push' else 'place'}; set it to {choices} "
+                f"(clusters.{cluster}.orchestrator.image for this profile only)"
             )
-        return PushDestination(target, wanted)
+        return wanted
     if not replace_other_image:
         if wanted == NO_IMAGE:
             runs = "no image (params.yaml's orchestrator.image is 'none')"
@@ -174,11 +217,12 @@ def push_destination(project: Path, cluster: str | None, name: str | None, repla
             runs = f"your own image file {wanted!r}, not the image at {target} (params.yaml's orchestrator.image)"
         else:
             runs = f"image {wanted!r} from {target} (params.yaml's orchestrator.image)"
+        verb = "push" if flag == "--push" else "build"
         raise ContainerError(
-            f"--push: profile {ws.cluster!r} runs {runs}, you gave {name!r}; pass {REPLACE_FLAG} to push it there anyway, "
+            f"{flag}: profile {cluster!r} runs {runs}, you gave {name!r}; pass {REPLACE_FLAG} to {verb} it there anyway, "
             f"or set orchestrator.image: {name}"
         )
-    return PushDestination(target, name)
+    return name
 
 
 def push_target(ws) -> str:

@@ -20,11 +20,11 @@ def remote_option(f):
     return click.option("--remote", "-r", is_flag=True, help=REMOTE_HELP)(f)
 
 
-def _say(line: str) -> None:
+def say_line(line: str) -> None:
     click.echo(f"orchestrator: {line}", err=True)
 
 
-def _open(project: Path, cluster: str | None):
+def open_session(project: Path, cluster: str | None):
     from orchestrator.remote import destination
     from orchestrator.remote.connection import Connection
     from orchestrator.remote.session import Session
@@ -35,7 +35,7 @@ def _open(project: Path, cluster: str | None):
     return Session.open(Connection.to(dest.host, runner), dest), runner
 
 
-def _out(data: bytes) -> None:
+def stream_out(data: bytes) -> None:
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
 
@@ -45,15 +45,15 @@ def run_remote(project: Path, cluster: str | None, argv: Sequence[str], sync: bo
     ``sync``), its output streamed here; exits with its exit status."""
     from orchestrator.remote import sync as syncing
 
-    session, runner = _open(project, cluster)
+    session, runner = open_session(project, cluster)
     if sync:
         prepared = session.prepare()
         if prepared[1] is None:
-            syncing.sync(session, runner, with_changes, _say, prepared)
+            syncing.sync(session, runner, with_changes, say_line, prepared)
         else:  # session.RUN attaches to it; its checkout is left as it is
-            _say(f"a submit of this project is still running on {session.dest.host}: nothing sent")
-    _say(f"running `orchestrator {' '.join(argv)}` on {session.dest.host} in {session.project}")
-    code = session.run(list(argv), _out, _say)
+            say_line(f"a submit of this project is still running on {session.dest.host}: nothing sent")
+    say_line(f"running `orchestrator {' '.join(argv)}` on {session.dest.host} in {session.project}")
+    code = session.run(list(argv), stream_out, say_line)
     if code:
         sys.exit(code)
 
@@ -110,8 +110,8 @@ def sync_command(cluster: str | None, project: Path, with_changes: bool) -> None
     """
     from orchestrator.remote import sync as syncing
 
-    session, runner = _open(project, cluster)
-    snap = syncing.sync(session, runner, with_changes, _say)
+    session, runner = open_session(project, cluster)
+    snap = syncing.sync(session, runner, with_changes, say_line)
     click.echo(f"{session.dest.host}:{session.folder} at {snap.head[:12]}" + (" with the uncommitted changes" if snap.changes else ""))
 
 
@@ -121,8 +121,8 @@ def sync_command(cluster: str | None, project: Path, with_changes: bool) -> None
 @project_option
 def attach(run_id: str, cluster: str | None, project: Path) -> None:
     """Follow a command running on the login node (default: the newest) from the start of its output."""
-    session, _ = _open(project, cluster)
-    code = session.attach(run_id, _out, _say)
+    session, _ = open_session(project, cluster)
+    code = session.attach(run_id, stream_out, say_line)
     if code:
         sys.exit(code)
 
@@ -136,7 +136,7 @@ def shell(cluster: str | None, project: Path) -> None:
 
     from orchestrator.remote.session import command
 
-    session, _ = _open(project, cluster)
+    session, _ = open_session(project, cluster)
     script = 'n=$1; shift; while [ "$n" -gt 0 ]; do eval "$1"; shift; n=$((n-1)); done; cd -- "$1" && exec bash -l'
     argv = [*session.conn.base(), "-t", "--", session.dest.host, command(script, session.project, setup=session.dest.setup)]
     os.execvp(argv[0], argv)
@@ -188,7 +188,7 @@ def fetch(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
     from orchestrator.remote.session import IN_FOLDER, PROJECT_FILE, TAG, command, markers
     from orchestrator.util.runner import Completed
 
-    session, runner = _open(project, cluster)
+    session, runner = open_session(project, cluster)
     where = f"{session.dest.host}:{session.project}"
     # the project the folder there holds (session.PREPARE records it) on stderr, then the lock on stdout
     script = (

@@ -172,6 +172,24 @@ class Node:
         return binding.derive(gpu_cores, self.reserved, tasks)
 
 
+# How `container build NAME --on-cluster` builds without root in a job: `fakeroot` is
+# `apptainer build --fakeroot` (or singularity's; needs user namespaces or the site's
+# fakeroot setup); `proot` is SingularityCE's unprivileged proot build (`singularity build`
+# without --fakeroot, with `proot` on PATH), for sites with neither (LUMI).
+BUILDERS = ("fakeroot", "proot")
+
+
+@dataclass(frozen=True)
+class ContainerBuild:
+    """Where and how `orchestrator container build NAME --on-cluster` builds: a Slurm job of this profile."""
+
+    partition: str | None = None  # a partition of scheduler.partitions (a CPU one: a build uses no GPU); required
+    time: str = "01:00:00"  # the job's time limit
+    cpus: int = 8  # --cpus-per-task (mksquashfs compresses in parallel)
+    builder: Literal["fakeroot", "proot"] = "fakeroot"
+    setup: tuple[str, ...] = ()  # shell lines run in the job before the build (`module load ...`)
+
+
 @dataclass(frozen=True)
 class Container:
     runtime: Literal["apptainer", "singularity"] | None = None  # None: run on the host
@@ -180,6 +198,7 @@ class Container:
     binds: tuple[str, ...] = ()  # always bound (site libraries, file systems)
     setup: tuple[str, ...] = ()  # shell lines run inside the container first
     push_host: str | None = None  # [user@]host that `container build --push` copies the image to
+    build: ContainerBuild | None = None  # None: no `container build --on-cluster` with this profile
 
 
 # The ${NAME}s a login section's root may use: the first two are the remote user's (filled
@@ -455,6 +474,7 @@ def problems(p: Profile) -> list[str]:
             found.append(f"scheduler.partitions.{key}.cpus_per_node must be at least 1 (leave it out for the profile's node)")
     found += _node_problems(n)
     found += _environment_problems(p)
+    found += build_problems(p)
     found += _site_problems(p)
     return found
 
@@ -562,6 +582,35 @@ def _environment_problems(p: Profile) -> list[str]:
         found.append(f"environment.master_addr_suffix {e.master_addr_suffix!r}: expected host name characters (letters, digits, '.', '-')")
     if p.container.gpu_flag not in (None, "--nv", "--rocm"):
         found.append(f"container.gpu_flag {p.container.gpu_flag!r}: expected --nv or --rocm")
+    return found
+
+
+def build_problems(p: Profile) -> list[str]:
+    """What is wrong with container.build, one line per key (see :class:`ContainerBuild`)."""
+    b = p.container.build
+    if b is None:
+        return []
+    found: list[str] = []
+    parts = p.scheduler.partitions
+    if p.scheduler.kind != "slurm":
+        found.append("container.build: builds run as Slurm jobs, and this profile has no Slurm (scheduler.kind: none); leave it out")
+    elif b.partition is None:
+        found.append(f"container.build.partition is not set: name the partition build jobs run in, one of: {', '.join(parts)}")
+    elif b.partition not in parts:
+        found.append(f"container.build.partition {b.partition!r} is not one of: {', '.join(parts) or '(none)'}")
+    if why := times.problem(b.time):
+        found.append(f"container.build.time: {why}")
+    if b.cpus < 1:
+        found.append(f"container.build.cpus {b.cpus}: must be at least 1")
+    if not p.container.runtime:
+        found.append("container.build is set but container.runtime is not (apptainer or singularity)")
+    elif b.builder == "proot" and p.container.runtime != "singularity":
+        found.append("container.build.builder proot is SingularityCE's unprivileged build: it needs container.runtime singularity")
+    if not p.container.image:
+        found.append("container.build is set but container.image is not: the build puts the image where the jobs read it")
+    for i, line in enumerate(b.setup):
+        if not line.strip() or "\n" in line:
+            found.append(f"container.build.setup[{i}] {line!r}: give one non-empty shell line per entry")
     return found
 
 

@@ -9,7 +9,7 @@ one in the stamp beside it.
 Layout of a build, for image ``ci`` with the default output:
 
 - ``.orchestrator/images/ci.sif``: the image, moved into place by a rename only
-  after ``apptainer build --fakeroot`` succeeded into a hidden temporary file beside
+  after ``apptainer build --fakeroot`` (or the ``proot`` builder's build) succeeded into a hidden temporary file beside
   it (jobs never see a half-written image; the temporary is removed on failure);
 - ``.orchestrator/images/ci.sif.json``: the stamp (content hash, per-input hashes,
   git commit, runtime version, definition, the SIF's own sha256 under ``digest``, size
@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.config.profile import BUILDERS
 from orchestrator.containers import definition, leftovers, progress
 from orchestrator.containers.images import CONTAINERS_DIR, SAFE_PATH, BuildError, ContainerError, select
 from orchestrator.containers.inputs import BIG_FILE, Input, Prepared, content_hash, digest_inputs, prepare
@@ -161,8 +162,26 @@ class Result:
     reason: str | None = None
 
 
-def find_runtime(runner: Runner) -> str:
-    """The runtime's name (argv[0]): apptainer, else singularity."""
+def builder_flags(builder: str) -> list[str]:
+    """The runtime's build flags for ``builder`` (:data:`~orchestrator.config.profile.BUILDERS`):
+    ``fakeroot`` maps root in the image to the user (user namespaces or the site's fakeroot);
+    ``proot`` passes none, so that SingularityCE, run by a user without them, builds through ``proot``."""
+    if builder not in BUILDERS:
+        raise ContainerError(f"unknown builder {builder!r}: expected one of {', '.join(BUILDERS)}")
+    return ["--fakeroot"] if builder == "fakeroot" else []
+
+
+def find_runtime(runner: Runner, builder: str = "fakeroot") -> str:
+    """The runtime's name (argv[0]): apptainer, else singularity; for the ``proot`` builder
+    singularity only (SingularityCE's proot builds; Apptainer has none), with ``proot`` on PATH."""
+    if builder == "proot":
+        missing = [name for name in ("singularity", "proot") if not runner.which(name)]
+        if missing:
+            raise ContainerError(
+                f"the proot builder needs {' and '.join(missing)} on PATH (SingularityCE 4.1+ builds unprivileged through proot)",
+                hints=["on LUMI: module load LUMI systools (it provides proot); in a profile: container.build.setup"],
+            )
+        return "singularity"
     for name in RUNTIMES:
         if runner.which(name):
             return name
@@ -184,10 +203,13 @@ def build(
     timeout: float = DEFAULT_TIMEOUT,
     say: Callable[[str], None] = lambda line: None,
     display: progress.Display | None = None,
+    builder: str = "fakeroot",
 ) -> Result:
-    """Build image NAME unless its stamp says it is up to date (see the module doc)."""
+    """Build image NAME unless its stamp says it is up to date (see the module doc), with
+    ``builder``'s flags (:func:`builder_flags`)."""
     start = time.monotonic()
-    runtime = find_runtime(runner)
+    flags = builder_flags(builder)
+    runtime = find_runtime(runner, builder)
     image = select(project, name, overrides)
     out = (output or project / IMAGES_DIR / f"{image.name}.sif").absolute()
     digest_file = (digest_file or project / CONTAINERS_DIR / f"{image.name}.digest").absolute()
@@ -202,11 +224,15 @@ def build(
     with _lock(out):
         # Built meanwhile, by a build that held the lock before us?
         if not force and stale_reason(read_stamp(out), out, fresh.content_hash, fresh.digests, fresh.definition_sha) is None:
-            return build(project, name, runner, output=output, digest_file=digest_file, overrides=overrides, say=say, display=display)
-        say(f"{image.name}: building ({reason}) with {Path(runtime).name} build --fakeroot; this can take minutes")
+            again = {"output": output, "digest_file": digest_file, "overrides": overrides, "timeout": timeout, "builder": builder}
+            return build(project, name, runner, **again, say=say, display=display)
+        how = shlex.join([Path(runtime).name, "build", *flags]) + (" (proot)" if builder == "proot" else "")
+        say(f"{image.name}: building ({reason}) with {how}; this can take minutes")
         commit = git_commit(project, _git_paths(project, image), runner)
         version = _runtime_version(runner, runtime)
-        sif_digest, chash, digests, cache = _build_into_place(runtime, runner, prepared, out, commit, fresh.cache, timeout, say, display)
+        sif_digest, chash, digests, cache = _build_into_place(
+            runtime, runner, prepared, out, commit, fresh.cache, timeout, say, display, flags
+        )
         stamp = {
             "version": STAMP_VERSION,
             "name": image.name,
@@ -215,6 +241,7 @@ def build(
             "definition_sha256": fresh.definition_sha,
             "git_commit": commit,
             "runtime": version,
+            "builder": builder,
             "digest": sif_digest,
             "size": out.stat().st_size,
             "mtime_ns": out.stat().st_mtime_ns,
@@ -260,7 +287,9 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _build_into_place(runtime, runner, prepared: Prepared, out: Path, commit: str, cache, timeout: float, say, display=None):
+def _build_into_place(
+    runtime, runner, prepared: Prepared, out: Path, commit: str, cache, timeout: float, say, display=None, flags=("--fakeroot",)
+):
     """Stage the inputs, build into a temporary file beside ``out``, rename it into place.
 
     Every temporary thing of the build lives in ``.build-NAME-PID/`` beside the image
@@ -287,7 +316,7 @@ def _build_into_place(runtime, runner, prepared: Prepared, out: Path, commit: st
         text = definition.render(template, prepared.variables, context=str(context), content_hash=chash, git_commit=commit)
         def_file = context / f"{name}.def"
         def_file.write_text(text)
-        argv = [runtime, "build", "--fakeroot", "--force", str(tmp), str(def_file)]
+        argv = [runtime, "build", *flags, "--force", str(tmp), str(def_file)]
         rc = _run_logged(runner, argv, name, log, display or progress.Lines(say), timeout, work / "tmp")
         if rc != 0:
             raise BuildError(
