@@ -51,7 +51,7 @@ def build_on_cluster(project: Path, cluster: str | None, request: Request, here:
     if not remote:
         login_node, _ = _login_node_here(project, cluster, runner)
         if login_node:
-            return _here(project, cluster, request, runner)
+            return _here(project, cluster, request, runner, checked=True)
     return _over_ssh(project, cluster, request, with_changes)
 
 
@@ -72,14 +72,15 @@ def _login_node_here(project: Path, cluster: str | None, runner):
     return cluster_checks.runs_here(profile.load(name).profile, runner)
 
 
-def _here(project: Path, cluster: str | None, request: Request, runner) -> None:
+def _here(project: Path, cluster: str | None, request: Request, runner, checked: bool = False) -> None:
+    """Plan and run the build job from this login node (``checked``: the caller found it is one)."""
     from orchestrator.containers import build_job, images, on_cluster
     from orchestrator.scripts.workspace import Workspace
 
     ws = Workspace.open(project, cluster, runner)
     p = ws.profile.profile
     check_profile(p, ws.cluster)
-    login_node, why = _login_node_here(project, cluster, runner)
+    login_node, why = (True, "") if checked else _login_node_here(project, cluster, runner)
     if not login_node:
         raise ContainerError(f"--on-cluster --here builds from the login node of {ws.cluster}: {why}; leave out --here to go over ssh")
     account = ws.params.settings.account

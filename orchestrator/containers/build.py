@@ -123,10 +123,11 @@ class Freshness:
     reason: str | None  # why out is not up to date (stale_reason); None: it is
 
 
-def freshness(prepared: Prepared, out: Path, memo: DigestMemo | None = None) -> Freshness:
+def freshness(prepared: Prepared, out: Path, memo: DigestMemo | None = None, stamp: dict | None = None) -> Freshness:
     """Hash ``prepared``'s inputs (big files known to the stamp beside ``out`` are not hashed
-    again) and compare with that stamp. ``memo``: inputs hashed for another image already."""
-    stamp = read_stamp(out)
+    again) and compare with that stamp (``stamp``: read already). ``memo``: inputs hashed for
+    another image already."""
+    stamp = read_stamp(out) if stamp is None else stamp
     digests, cache = _digest(prepared.inputs, stamp.get("stat_cache"), memo)
     chash = content_hash(prepared.hashed_definition, digests)
     definition_sha = hashlib.sha256(prepared.hashed_definition.encode()).hexdigest()

@@ -155,7 +155,7 @@ def _entry(project: Path, name: str, sif: Path, now: float, memo: DigestMemo) ->
         prepared = prepare(project, image)
         if st is None and any(_big(i) for i in prepared.inputs):
             return Entry(name, description, sif, "not built", "no image yet", current_hash=None, **built)
-        fresh = freshness(prepared, sif, memo)
+        fresh = freshness(prepared, sif, memo, stamp if st else None)
     except ContainerError as exc:
         return Entry(name, description, sif, "invalid", _one_line(exc), current_hash=None, **built)
     except OSError as exc:  # an input vanished or cannot be read between listing and hashing
