@@ -164,6 +164,7 @@ class Hasher:
         self.odb = self.repo.cache.local
         self.fs = LocalFileSystem()
         self._built: dict[str, tuple] = {}
+        self._stages: dict[str, object] | None = None
 
     def hash(self, path: Path, name: str) -> tuple[str, int | None]:
         from dvc_data.hashfile.build import build
@@ -183,14 +184,15 @@ class Hasher:
 
     def declared(self, name: str) -> dict | None:
         """This side's dvc.yaml's outs of stage ``name`` (``name@item`` resolved), by path; None: no such stage here."""
-        from dvc.exceptions import DvcException
-
-        try:
-            # the file named in full: a bare stage name is looked up in the dvc.yaml of the current folder
-            stage = self.repo.stage.get_target(f"{os.path.join(self.repo.root_dir, 'dvc.yaml')}:{name}")
-        except DvcException:
-            return None
-        return {posixpath.normpath(str(out.def_path)): out for out in stage.outs}
+        if self._stages is None:
+            # Every stage of the project's dvc.yaml resolved in one pass: asked one name at a time,
+            # DVC parses dvc.yaml and dvc.lock again for each, which for a 1,000-item matrix is a
+            # thousand parses of a thousand-entry lock.
+            top = os.path.join(self.repo.root_dir, "dvc.yaml")
+            found = self.repo.index.stages
+            self._stages = {s.name: s for s in found if getattr(s, "dvcfile", None) and os.path.abspath(s.dvcfile.path) == top}
+        stage = self._stages.get(name)
+        return None if stage is None else {posixpath.normpath(str(out.def_path)): out for out in stage.outs}
 
     def ignore(self, name: str) -> list[str]:
         """Stage ``name``'s cached outs into the .gitignore beside them, as ``dvc repro`` does (DVC's
@@ -216,10 +218,17 @@ Copier = Callable[[Sequence[str], Path], Completed]
 
 def rsync_copier(ssh_base: Sequence[str], host: str, project: str, runner: Runner) -> Copier:
     def copy(paths: Sequence[str], into: Path) -> Completed:
-        # --relative with "/./": each path lands at its own relative path under `into`.
-        sources = [f"{host}:{PurePosixPath(project)}/./{path}" for path in paths]
-        argv = ["rsync", "-a", "--relative", "--partial", "-s", "-e", shlex.join(ssh_base), *sources, f"{into}/"]
-        return runner.run(argv, timeout=None)
+        # One rsync for every path, whatever their number (a 1,000-item sweep's outs): the list
+        # goes over rsync's own protocol (--files-from, NUL-separated), not on a command line.
+        # --files-from implies --relative (each path lands at its relative path under `into`) and
+        # switches -a's recursion off: -r brings the folders' contents.
+        listing = into.parent / f".{into.name}.files"
+        listing.write_bytes(b"".join(path.encode() + b"\0" for path in paths))
+        try:
+            argv = ["rsync", "-a", "-r", "--partial", "-s", "-e", shlex.join(ssh_base), "--from0", f"--files-from={listing}"]
+            return runner.run([*argv, f"{host}:{PurePosixPath(project)}/", f"{into}/"], timeout=None)
+        finally:
+            listing.unlink(missing_ok=True)
 
     return copy
 
@@ -249,23 +258,34 @@ def fetch(
     staging_root.mkdir(parents=True, exist_ok=True)
     hasher = Hasher(project)
     entries: dict[str, dict] = {}
+    for result in results:
+        say(describe(result))
     try:
         plans = {name: _plan(name, stages[name], hasher) for name in chosen}
         puller = _shared(hasher, plans, staging_root, push, say)
+        staged = staging_root / "rsync"
+        staged.mkdir()
+        wanted = [out.path for plan in plans.values() if isinstance(plan, Plan) for out in _by_rsync(plan, puller)]
+        if wanted:
+            say(f"copying {len(wanted)} output(s) of {len(plans)} stage(s) from the cluster")
+        done = copy(wanted, staged) if wanted else None
         for name in chosen:
             plan = plans[name]
-            result = plan if isinstance(plan, Result) else _fetch_stage(project, name, plan, staging_root, hasher, copy, puller)
+            result = plan if isinstance(plan, Result) else _fetch_stage(project, name, plan, staged, hasher, done, puller)
             results.append(result)
+            say(describe(result))
             if result.fetched:
                 entries[name] = stages[name]
-        if entries:
-            lock = project / LOCK_NAME
-            write_atomic(lock, merge(lock.read_text() if lock.exists() else None, entries))
     finally:
-        hasher.close()
-        shutil.rmtree(staging_root, ignore_errors=True)
-    for result in results:
-        say(describe(result))
+        # Also when stopped half-way (Ctrl-C, a failed copy): the stages placed by then are whole
+        # and verified, so their entries are written, and a second fetch starts where this one ended.
+        try:
+            if entries:
+                lock = project / LOCK_NAME
+                write_atomic(lock, merge(lock.read_text() if lock.exists() else None, entries))
+        finally:
+            hasher.close()
+            shutil.rmtree(staging_root, ignore_errors=True)
     return results
 
 
@@ -318,13 +338,21 @@ def _shared(hasher: Hasher, plans: dict, staging_root: Path, push: Pusher | None
     return puller
 
 
-def _fetch_stage(project: Path, name: str, plan: Plan, staging_root: Path, hasher: Hasher, copy: Copier, puller: Puller | None) -> Result:
+def _by_rsync(plan: Plan, puller: Puller | None) -> list[Out]:
+    """The outs of ``plan`` that come by rsync: all but the cached ones of a stage declared here, where a shared remote is used."""
+    return [out for out in plan.outs if not (puller is not None and plan.declared and out.cached)]
+
+
+def _fetch_stage(
+    project: Path, name: str, plan: Plan, staged: Path, hasher: Hasher, done: Completed | None, puller: Puller | None
+) -> Result:
+    """Verify stage ``name``'s outs (in ``staged`` where rsync put them, ``done`` its result; laid out
+    there from ``puller``'s objects) and move them into place; the stage whole or not at all."""
     outs = plan.outs
-    shared = [out for out in outs if puller is not None and plan.declared and out.cached]
-    by_rsync = [out for out in outs if out not in shared]
-    staged = Path(tempfile.mkdtemp(prefix="stage-", dir=staging_root))
+    by_rsync = _by_rsync(plan, puller)
+    shared = [out for out in outs if out not in by_rsync]
+    done = done if by_rsync else None
     try:
-        done = copy([out.path for out in by_rsync], staged) if by_rsync else None
         problems = []
         for out in outs:
             local = staged / out.path
@@ -357,7 +385,15 @@ def _fetch_stage(project: Path, name: str, plan: Plan, staging_root: Path, hashe
         routes = {out.path: (f"DVC remote {puller.name!r}" if out in shared else RSYNC) for out in outs}
         return Result(name, True, size=size, files=files, routes=routes, notes=notes)
     finally:
-        shutil.rmtree(staged, ignore_errors=True)
+        for out in outs:  # what was not taken: gone, so a refused stage leaves nothing behind
+            _remove(staged / out.path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _size(path: Path) -> tuple[int, int]:

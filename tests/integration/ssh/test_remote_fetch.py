@@ -75,7 +75,7 @@ def test_fetch_brings_outputs_and_lock_entries_and_refuses_a_changed_file(login,
     assert '"loss": 1.5' in shown.stdout and '"loss": 2.5' in shown.stdout, shown.stdout + shown.stderr
 
     again = login.orchestrator("fetch", items[0], cwd=project)  # a second fetch of a fetched item: the same files, in place
-    assert again.returncode == 0 and again.stdout.startswith(f"fetched {items[0]}: 3 file(s)"), again.stdout + again.stderr
+    assert again.returncode == 0 and f"\nfetched {items[0]}: 3 file(s)" in again.stdout, again.stdout + again.stderr
 
 
 def test_fetch_from_an_unreachable_host_is_one_message(login, tmp_path):

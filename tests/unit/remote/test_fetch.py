@@ -79,9 +79,11 @@ def run_fetch(here: Path, source: Path, targets=(), copy=None, push=None) -> tup
 
 def test_all_finished_stages_come_back_and_dvc_calls_them_up_to_date(cluster, tmp_path):
     here = project(tmp_path / "ws")
-    results, said = run_fetch(here, cluster)
+    calls: list = []
+    results, said = run_fetch(here, cluster, copy=copier(cluster, calls))
     assert [(r.stage, r.fetched) for r in results] == [("train@1", True), ("train@2", True)]
-    assert said[0] == "fetched train@1: 2 file(s), 19 B (by rsync)"  # model1\n and {"loss": 1}\n
+    assert said[:2] == ["copying 4 output(s) of 2 stage(s) from the cluster", "fetched train@1: 2 file(s), 19 B (by rsync)"]
+    assert len(calls) == 1  # one copy for every stage: one rsync however many items
     assert (here / "out/2/w.txt").read_text() == "model2\n"
     assert yaml.safe_load((here / "dvc.lock").read_text()) == yaml.safe_load((cluster / "dvc.lock").read_text())
     status = dvc(here, "status", "train", "--json")
@@ -190,20 +192,29 @@ def test_outs_of_tells_dvc2_from_dvc3_entries():
     assert [(o.path, o.hash_name, o.isdir) for o in outs] == [("a", "md5", False), ("d", "md5-dos2unix", True)]
 
 
-def test_rsync_copier_rides_the_session_master(tmp_path):
-    seen = []
+def test_rsync_copier_rides_the_session_master_with_one_rsync_for_every_path(tmp_path):
+    seen, listed = [], []
 
     class Runner:
         def run(self, argv, **kw):
             seen.append(argv)
+            listing = next(a for a in argv if a.startswith("--files-from=")).split("=", 1)[1]
+            listed.append(Path(listing).read_bytes())
             return Completed(tuple(argv), 0, "", "")
 
+    into = tmp_path / "staged"
+    into.mkdir()
     copy = fetching.rsync_copier(["ssh", "-o", "ControlPath=~/.ssh/orchestrator-%C"], "login", "/p/my proj", Runner())
-    copy(["out/1", "m1.json"], tmp_path)
-    assert seen[0] == [
-        "rsync", "-a", "--relative", "--partial", "-s", "-e", "ssh -o 'ControlPath=~/.ssh/orchestrator-%C'",
-        "login:/p/my proj/./out/1", "login:/p/my proj/./m1.json", f"{tmp_path}/",
+    paths = ["out/1", "m1.json", *(f"out/{i}" for i in range(2, 1002))]
+    copy(paths, into)
+    assert seen == [
+        [
+            "rsync", "-a", "-r", "--partial", "-s", "-e", "ssh -o 'ControlPath=~/.ssh/orchestrator-%C'", "--from0",
+            f"--files-from={tmp_path}/.staged.files", "login:/p/my proj/", f"{into}/",
+        ]
     ]  # fmt: skip
+    assert listed == [b"".join(p.encode() + b"\0" for p in paths)]  # the list on rsync's protocol, not the command line
+    assert not (tmp_path / ".staged.files").exists()
 
 
 def cached(project: Path, md5: str) -> bool:
@@ -259,7 +270,7 @@ def test_cached_outs_come_through_the_shared_dvc_remote_and_the_rest_by_rsync(sh
     results, said = run_fetch(here, there, copy=copier(there, copied), push=pusher(there, pushed))
     assert [(r.stage, r.fetched) for r in results] == [("train@1", True), ("train@2", True)], said
     assert pushed == [("shared", ["train@1", "train@2"])]
-    assert copied == [["m1.json"], ["m2.json"]]  # only the cache: false outs went by rsync
+    assert copied == [["m1.json", "m2.json"]]  # only the cache: false outs went by rsync, in one copy
     assert "fetched train@1: 2 file(s), 19 B (m1.json by rsync; out/1 through the DVC remote 'shared')" in said
     assert (here / "out/2/w.txt").read_text() == "model2\n"
     assert any(remote.rglob("*.dir"))
