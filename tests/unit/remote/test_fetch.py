@@ -285,11 +285,17 @@ def test_a_tampered_remote_object_is_refused_and_kept_out_of_the_cache(shared):
     assert sharing.push(there, "shared", ["train@1"]) == (2, None)  # the .dir listing and its one file
     md5 = hashlib_md5(there / "out/1/w.txt")
     obj = remote / "files/md5" / md5[:2] / md5[2:]
-    obj.chmod(0o644)
-    obj.write_text("tampered\n")
-    results, _ = run_fetch(here, there, ["train@1"], push=pusher(there, []))  # the push finds it there: not sent again
-    # DVC's transfer checks what it reads and drops a corrupt object: refused before fetch's own hash check
-    assert results[0].problems == ["out/1: not whole in the DVC remote 'shared' (not pushed there, or an object of it corrupt)"]
+
+    def push_then_tamper(name, stages):  # changed in the remote after the cluster pushed it, before this side pulls
+        done = pusher(there, [])(name, stages)
+        obj.chmod(0o644)
+        obj.write_text("tampered\n")
+        return done
+
+    results, _ = run_fetch(here, there, ["train@1"], push=push_then_tamper)
+    # DVC's transfer drops an object that does not hash to its name, or fetch's own check refuses it: either way, refused
+    (problem,) = results[0].problems
+    assert problem.startswith("out/1: ") and ("not whole in the DVC remote 'shared'" in problem or "hash mismatch" in problem), problem
     assert not results[0].fetched
     assert not cached(here, md5) and not (here / "out/1").exists() and not (here / "dvc.lock").exists()
 
@@ -316,3 +322,12 @@ def hashlib_md5(path: Path) -> str:
     import hashlib
 
     return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_the_push_there_resolves_its_stages_once_and_names_the_unknown_ones(shared):
+    there, _, remote = shared
+    from orchestrator.remote import shared as sharing
+
+    assert sharing.push(there, "shared", ["train@1", "train@2", "nope"]) == (4, "no stage nope in dvc.yaml here")
+    assert sharing.push(there, "shared", ["train@1", "train@2"]) == (0, None)  # all there already: nothing sent again
+    assert len([p for p in remote.rglob("*") if p.is_file()]) == 4
