@@ -53,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.lm.prepare import parse_size  # noqa: E402  (numpy only: no torch in this process)
+from experiments.common.argtypes import parse_size  # noqa: E402  (no torch in this process)
 
 MIN_RATIO = 0.8
 BATCH, SEQ_LEN = 8, 128
