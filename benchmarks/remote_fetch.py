@@ -11,6 +11,7 @@ fresh process:
 
 * ``fetch`` cold: all N items into the empty workspace (rsync over the session's master);
 * ``fetch`` again: everything already there;
+* the floor: one plain ``rsync -a`` of the same folders over the same ssh, nothing verified;
 * with ``--dvc-remote``, the same on a second project whose committed .dvc/config names a
   default DVC remote (a folder both sides reach): cached outputs through it, metrics by rsync.
 
@@ -130,6 +131,13 @@ def variant(work: Path, name: str, host: str, env: dict, args, shared: bool) -> 
         raise SystemExit(f"{count} output files here, {args.items * args.files} expected")
     routes = sorted({line.rsplit("(", 1)[-1].rstrip(")") for line in fetched if "(" in line})
     warm_s, _ = fetch(project, env)
+    # The floor: one plain rsync of the same folders over the same ssh (its own connection), nothing verified.
+    bare = root / "bare"
+    bare.mkdir()
+    start = time.perf_counter()
+    ssh = env["ORCHESTRATOR_SSH"]
+    run(["rsync", "-a", "-s", "-e", ssh, f"{host}:{cluster_root / 'proj'}/out", f"{host}:{cluster_root / 'proj'}/m", f"{bare}/"], root)
+    bare_s = time.perf_counter() - start
     return {
         "variant": name,
         "items": args.items,
@@ -139,6 +147,7 @@ def variant(work: Path, name: str, host: str, env: dict, args, shared: bool) -> 
         "cluster_commit_s": round(commit_s, 2),
         "fetch_cold_s": round(cold_s, 2),
         "fetch_again_s": round(warm_s, 2),
+        "bare_rsync_s": round(bare_s, 2),
         "items_per_s": round(args.items / cold_s, 1),
         "routes": routes[:3],
     }
