@@ -52,6 +52,8 @@ def run_remote(project: Path, cluster: str | None, argv: Sequence[str], sync: bo
             syncing.sync(session, runner, with_changes, say_line, prepared)
         else:  # session.RUN attaches to it; its checkout is left as it is
             say_line(f"a submit of this project is still running on {session.dest.host}: nothing sent")
+    else:
+        session.check_folder()  # another project's folder of the same name: not its ledger, logs or jobs
     say_line(f"running `orchestrator {' '.join(argv)}` on {session.dest.host} in {session.project}")
     code = session.run(list(argv), stream_out, say_line)
     if code:

@@ -236,6 +236,12 @@ class Session:
         busy = found.get("busy")
         return "created" in found, (busy[0] if busy else "") or (None if busy is None else "?")
 
+    def check_folder(self) -> None:
+        """:class:`ForeignProject` where the folder there holds another project: for the commands that
+        run there without a sync first (status, logs, cancel, show), which would read its ledger."""
+        done = self.conn.run(command('cat -- "$1" 2>/dev/null; exit 0', f"{self.folder}/{PROJECT_FILE}"))
+        self.check_project(done.stdout.split())
+
     def check_project(self, theirs: Sequence[str]) -> None:
         """:class:`ForeignProject` where ``theirs`` (the identity the folder there recorded) shares no root
         commit with this repository's: another project's clone by the same folder name was sent there."""

@@ -115,6 +115,8 @@ def test_another_project_in_a_clone_of_the_same_name_is_refused_and_another_clon
     assert (login.cluster_root / "proj/.git/refs/orchestrator/head").read_text() == head  # nothing was pushed
     one_error(login.orchestrator("submit", "--remote", cwd=other), "holds another project")
     one_error(login.orchestrator("fetch", cwd=other), "holds another project")  # its lock is not this project's
+    for command in (["status"], ["logs", "probe@layout0"], ["cancel"]):  # neither its ledger nor its jobs
+        one_error(login.orchestrator(*command, "--remote", cwd=other), "holds another project")
     clone = tmp_path / "c" / "proj"
     subprocess.run(["git", "clone", "-q", str(first), str(clone)], check=True, capture_output=True)
     again = login.orchestrator("remote", "sync", cwd=clone)
