@@ -38,6 +38,7 @@ class BuildJob:
     workspace: str  # the project's folder there: the job runs there
     account: str | None
     partition: str  # as Slurm knows it
+    qos: str | None  # the partition's QOS (a queue that is a QOS of another partition: Frontier's debug)
     time: str
     cpus: int
     builder: str
@@ -92,6 +93,7 @@ def plan(
         workspace=workspace,
         account=account,
         partition=part.slurm_partition or b.partition,
+        qos=part.qos,
         time=b.time,
         cpus=b.cpus,
         builder=b.builder,

@@ -58,11 +58,15 @@ def test_the_job_runs_the_installed_orchestrator_not_a_copy_in_the_project():
     assert on_cluster.orchestrator_argv("/venv/bin/python3", False) == ["/venv/bin/python3", "-m", "orchestrator"]
 
 
-def test_the_slurm_name_of_a_queue_partition_is_used():
+def test_the_slurm_name_of_a_queue_partition_is_used_with_its_qos():
     p = profile.load("frontier").profile
     b = ContainerBuild(partition="debug")  # Frontier's debug queue is `-p batch -q debug`
     p = dataclasses.replace(p, container=dataclasses.replace(p.container, build=b))
-    assert plan(p).partition == "batch"
+    job = plan(p)
+    assert (job.partition, job.qos) == ("batch", "debug")
+    lines = on_cluster.script(job).splitlines()
+    assert "#SBATCH --partition=batch" in lines and "#SBATCH --qos=debug" in lines
+    assert not any(line.startswith("#SBATCH --qos") for line in on_cluster.script(plan()).splitlines())  # a plain partition: none
 
 
 def test_the_script_is_deterministic_and_names_every_resource():
