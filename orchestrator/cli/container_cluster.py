@@ -65,9 +65,8 @@ def _login_node_here(project: Path, cluster: str | None, runner):
 
     if runner.which("sbatch") is None:
         return False, "there is no sbatch on this machine"
-    prm = params.load(project)
-    name = cluster or prm.settings.cluster
-    if not name or name == "auto":
+    name = params.load(project).named_cluster(cluster)
+    if name is None:
         return False, "params.yaml names no cluster"
     return cluster_checks.runs_here(profile.load(name).profile, runner)
 
@@ -165,23 +164,18 @@ def _shown(path: Path) -> str:
 
 def _over_ssh(project: Path, cluster: str | None, request: Request, with_changes: bool) -> None:
     """The same command on the login node (sent first, as `submit --remote` does), then its digest read back."""
-    from orchestrator.cli.remote import open_session, say_line, stream_out
+    from orchestrator.cli.remote import open_session, say_line, send, stream_out
     from orchestrator.config import params, profile
     from orchestrator.containers import images
     from orchestrator.containers.build import write_digest
-    from orchestrator.remote import sync as syncing
+    from orchestrator.remote import destination
     from orchestrator.remote.connection import RemoteError
     from orchestrator.remote.session import command
     from orchestrator.util.runner import Stopped
 
     # Everything that can be refused here is, before anything is sent.
     prm = params.load(project)
-    name = cluster or prm.settings.cluster
-    if not name or name == "auto":
-        raise ContainerError(
-            "--on-cluster needs to know the cluster: params.yaml's orchestrator.cluster is " + ("'auto'" if name == "auto" else "not set"),
-            hints=["set orchestrator.cluster in params.yaml, or pass --cluster"],
-        )
+    name = destination.named_cluster(prm, cluster, "--on-cluster")
     loaded = profile.load(name)
     check_profile(loaded.profile, loaded.name)
     settings = prm.for_cluster(name).settings
@@ -190,11 +184,7 @@ def _over_ssh(project: Path, cluster: str | None, request: Request, with_changes
     digest_file = (request.digest_file or project / CONTAINERS_DIR / f"{image}.digest").absolute()
 
     session, runner = open_session(project, cluster)
-    prepared = session.prepare()
-    if prepared[1] is None:
-        syncing.sync(session, runner, with_changes, say_line, prepared)
-    else:
-        say_line(f"a submit of this project is still running on {session.dest.host}: nothing sent, its checkout builds")
+    send(session, runner, sync=True, with_changes=with_changes, busy=", its checkout builds")
     argv = ["container", "build", image, "--on-cluster", "--here", "--digest-file", remote_digest(image)]
     argv += [*(["--cluster", cluster] if cluster else []), *(["--force"] if request.force else [])]
     argv += [*_sets(request.overrides), *(["--replace-other-image"] if request.replace_other_image else [])]

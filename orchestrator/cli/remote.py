@@ -43,21 +43,28 @@ def stream_out(data: bytes) -> None:
 def run_remote(project: Path, cluster: str | None, argv: Sequence[str], sync: bool = False, with_changes: bool = False) -> None:
     """``orchestrator ARGV`` on the login node in the project's folder there (sent first when
     ``sync``), its output streamed here; exits with its exit status."""
-    from orchestrator.remote import sync as syncing
-
     session, runner = open_session(project, cluster)
-    if sync:
-        prepared = session.prepare()
-        if prepared[1] is None:
-            syncing.sync(session, runner, with_changes, say_line, prepared)
-        else:  # session.RUN attaches to it; its checkout is left as it is
-            say_line(f"a submit of this project is still running on {session.dest.host}: nothing sent")
-    else:
-        session.check_folder()  # another project's folder of the same name: not its ledger, logs or jobs
+    send(session, runner, sync, with_changes)
     say_line(f"running `orchestrator {' '.join(argv)}` on {session.dest.host} in {session.project}")
     code = session.run(list(argv), stream_out, say_line)
     if code:
         sys.exit(code)
+
+
+def send(session, runner, sync: bool, with_changes: bool = False, busy: str = "") -> None:
+    """Before a command runs there: the project sent (``sync``), unless a submit of it still runs
+    there (``busy`` says what then happens); without ``sync``, the folder there checked to hold
+    this project."""
+    from orchestrator.remote import sync as syncing
+
+    if not sync:
+        session.check_folder()  # another project's folder of the same name: not its ledger, logs or jobs
+        return
+    prepared = session.prepare()
+    if prepared[1] is None:
+        syncing.sync(session, runner, with_changes, say_line, prepared)
+    else:  # session.RUN attaches to it; its checkout is left as it is
+        say_line(f"a submit of this project is still running on {session.dest.host}: nothing sent{busy}")
 
 
 @contextlib.contextmanager
@@ -81,8 +88,8 @@ def hint(project: Path, cluster: str | None) -> str | None:
         from orchestrator.config import params, profile
 
         prm = params.load(project)
-        name = cluster or prm.settings.cluster
-        if not name or name == "auto":
+        name = prm.named_cluster(cluster)
+        if name is None:
             return None
         host = prm.for_cluster(name).settings.login_host or profile.load(name).profile.login.host
     except Exception:  # noqa: BLE001 - a hint must never hide the error it is added to

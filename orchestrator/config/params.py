@@ -132,6 +132,12 @@ class Params:
     settings: Settings
     overlays: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
+    def named_cluster(self, given: str | None) -> str | None:
+        """The profile ``given`` (--cluster), else params.yaml's orchestrator.cluster; None where neither
+        names one: unset, or ``auto``, which Slurm's ClusterName settles, and only on the cluster."""
+        name = given or self.settings.cluster
+        return None if not name or name == "auto" else name
+
     def overlay_for(self, cluster: str) -> Mapping[str, Any]:
         """The changes to make to the params to run on ``cluster`` (empty if it is active)."""
         if cluster == (self.settings.cluster or DEFAULT_CLUSTER):

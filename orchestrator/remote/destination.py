@@ -57,12 +57,7 @@ class Destination:
 def resolve(project: Path, cluster: str | None, runner: Runner) -> Destination:
     """The destination of ``project`` (its params.yaml and profile; the git repository it is in)."""
     prm = params.load(project)
-    name = cluster or prm.settings.cluster
-    if not name or name == "auto":
-        raise RemoteError(
-            "--remote needs to know the cluster: params.yaml's orchestrator.cluster is " + ("'auto'" if name == "auto" else "not set"),
-            hints=["set orchestrator.cluster in params.yaml (a built-in profile such as lumi, or a profile file), or pass --cluster"],
-        )
+    name = named_cluster(prm, cluster)
     prm = prm.for_cluster(name)
     loaded = profile.load(name)
     login = loaded.profile.login
@@ -84,6 +79,19 @@ def resolve(project: Path, cluster: str | None, runner: Runner) -> Destination:
         root = root.replace("${SLURM_JOB_ACCOUNT}", prm.settings.account)
     top, prefix = repository(project, runner)
     return Destination(host, loaded.name, root, top, prefix, login.setup, identity(top, runner))
+
+
+def named_cluster(prm: params.Params, cluster: str | None, flag: str = "--remote") -> str:
+    """The profile a command run from here on the cluster (``flag``) uses: ``cluster``, else params.yaml's;
+    one message where neither names one."""
+    name = prm.named_cluster(cluster)
+    if name is None:
+        raise RemoteError(
+            f"{flag} needs to know the cluster: params.yaml's orchestrator.cluster is "
+            + ("'auto'" if prm.settings.cluster == "auto" else "not set"),
+            hints=["set orchestrator.cluster in params.yaml (a built-in profile such as lumi, or a profile file), or pass --cluster"],
+        )
+    return name
 
 
 def repository(project: Path, runner: Runner) -> tuple[Path, str]:

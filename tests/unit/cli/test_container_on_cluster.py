@@ -98,3 +98,18 @@ def test_a_file_of_another_image_at_the_target_needs_replace(tmp_path):
     guard_target(target, "tiny", True, said.append)
     assert said and "replacing it (--replace-other-image)" in said[0]
     guard_target(target, "other", False, print)  # the same image: a newer build of it goes ahead
+
+
+@pytest.mark.parametrize("cluster", [None, "auto"])
+def test_a_cluster_params_do_not_name_is_one_message_for_on_cluster_and_remote(project, cluster):
+    where = project(BUILD, login={"host": "nowhere.invalid"})
+    data = yaml.safe_load((where / "params.yaml").read_text())
+    data["orchestrator"]["cluster"] = cluster
+    (where / "params.yaml").write_text(yaml.safe_dump(data))
+    said = "'auto'" if cluster else "not set"
+    out = refused("tiny", "--on-cluster", "--remote", "--project", str(where))
+    assert f"--on-cluster needs to know the cluster: params.yaml's orchestrator.cluster is {said}" in out
+    result = invoke("status", "--remote", "--project", str(where))
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"--remote needs to know the cluster: params.yaml's orchestrator.cluster is {said}" in result.output
+    assert "ssh" not in out + result.output and not (where / ".orchestrator").exists()  # nothing sent, nothing written
