@@ -187,6 +187,14 @@ class FakeSlurm:
         jobs = [j for j in self.states if self.named.get(j.split("_")[0], ("", ""))[0] == name]
         return "".join(f"{j}|{self.named[j.split('_')[0]][1]}\n" for j in jobs)
 
+    def max_submit(self, limit: int, queued: int) -> None:
+        """The association allows ``limit`` jobs queued or running (MaxSubmitJobs) and ``queued`` of ours are."""
+        assoc = {"format=account": f"{ACCOUNT}\n", "format=MaxSubmit,GrpSubmit,DefaultQOS": f"{limit}||normal\n"}
+        self.runner.answers["sacctmgr"] = lambda argv: ok(next((v for k, v in assoc.items() if k in argv), ""))(argv)
+        # Only the count of our jobs under the account is asked here; finding a job by name still works.
+        mine = "".join(f"{70 + n}\n" for n in range(queued))
+        self.runner.answers["squeue"] = lambda argv: ok(mine)(argv) if "-A" in argv else self.squeue(argv)
+
     def sbatch_calls(self) -> dict[str, list[str]]:
         """sbatch's argv by the script it submitted (file name without suffix), in call order."""
         return {Path(argv[-1]).stem: argv for argv in self.runner.called("sbatch")}

@@ -46,12 +46,19 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
 )
 @remote_option
 @click.option("--with-changes", is_flag=True, help="With --remote: also send the uncommitted changes (tracked, and untracked not ignored).")
-def submit(targets: tuple[str, ...], cluster: str | None, project: Path, force: bool, remote: bool, with_changes: bool) -> None:
+# The recording job's, when the site's MaxSubmitJobs cut the submission into waves: the
+# first wave's submission time (items with a job since then are not submitted again).
+@click.option("--next-wave", "since", type=float, default=None, hidden=True)
+def submit(
+    targets: tuple[str, ...], cluster: str | None, project: Path, force: bool, remote: bool, with_changes: bool, since: float | None
+) -> None:
     """Submit every stale orchestrated item at once and return (you may log out).
 
     Downstream items wait for their upstream jobs (--dependency=afterok). A last
     small job records the results in DVC when all have ended (profiles with a
     service_partition); otherwise run `dvc repro` then: it attaches to the jobs.
+    Where the site's MaxSubmitJobs leaves too little room, the items go in waves: each
+    recording job submits the next.
 
     With --remote, from a workstation: the committed state is sent to the project's
     folder on the login node (`orchestrator remote sync`), and the submit runs there,
@@ -67,14 +74,15 @@ def submit(targets: tuple[str, ...], cluster: str | None, project: Path, force: 
         return run_remote(project, cluster, argv, sync=True, with_changes=with_changes)
     say = lambda line: click.echo(f"orchestrator: {line}", err=True)  # noqa: E731
     with hinting(project, cluster):
-        done = detached.submit(project, cluster, SubprocessRunner(), targets, say=say, force=force)
+        done = detached.submit(project, cluster, SubprocessRunner(), targets, say=say, force=force, since=since)
     if not done:
+        if since is not None:
+            sys.exit(detached.NO_WAVE_LEFT)
         click.echo("nothing to submit: every orchestrated stage is up to date")
         return
-    table(
-        ("item", "job", "state", "after"),
-        [(s.item, s.job_id, ("attached, " if s.attached else "") + s.state.value, ",".join(s.after) or "-") for s in done],
-    )
+    rows = [(s.item, s.job_id, ("attached, " if s.attached else "") + s.state.value, ",".join(s.after) or "-") for s in done]
+    rows = [(row[0], "-", "next wave", "-") if s.deferred else row for s, row in zip(done, rows, strict=True)]
+    table(("item", "job", "state", "after"), rows)
 
 
 @click.command()
@@ -84,8 +92,16 @@ def submit(targets: tuple[str, ...], cluster: str | None, project: Path, force: 
 @click.option("--record", "record_name", default=None, metavar="NAME", help="Record sweep NAME's finished points as DVC experiments.")
 @cluster_option()
 @project_option
+# The sweep's recording job's, when the site's MaxSubmitJobs cut it into waves (with --name).
+@click.option("--next-wave", "since", type=float, default=None, hidden=True)
 def sweep(
-    targets: tuple[str, ...], sets: tuple[str, ...], name: str | None, record_name: str | None, cluster: str | None, project: Path
+    targets: tuple[str, ...],
+    sets: tuple[str, ...],
+    name: str | None,
+    record_name: str | None,
+    cluster: str | None,
+    project: Path,
+    since: float | None,
 ) -> None:
     """Submit a grid search at once and return; its points become DVC experiments.
 
@@ -96,6 +112,7 @@ def sweep(
     it with `dvc exp save`: `dvc exp show` lists it. Run the same command again to
     submit the points that failed; saved points are not submitted again.
     """
+    from orchestrator.jobs import detached
     from orchestrator.jobs import sweep as sw
     from orchestrator.util.runner import SubprocessRunner
 
@@ -109,9 +126,23 @@ def sweep(
         if found.failed:
             sys.exit(1)
         return
+    if since is not None:
+        if name is None:
+            raise OrchestratorError("--next-wave needs the sweep's --name")
+        wave = sw.next_wave(project, cluster, SubprocessRunner(), name, since, say=say)
+        if wave is None:
+            sys.exit(detached.NO_WAVE_LEFT)
+        return
     made, jobs, recorder = sw.submit(project, cluster, SubprocessRunner(), sets, targets, name, say=say)
-    rows = [(p.name, " ".join(o for os_ in p.overrides.values() for o in os_), "saved" if p.saved else str(len(jobs.get(p.name, []))))
-            for p in made.points]  # fmt: skip
+
+    def items(point) -> str:
+        if point.saved:
+            return "saved"
+        rows = jobs.get(point.name, [])
+        later = sum(j.deferred for j in rows)
+        return f"{len(rows)} ({later} in a later wave)" if later else str(len(rows))
+
+    rows = [(p.name, " ".join(o for os_ in p.overrides.values() for o in os_), items(p)) for p in made.points]
     table(("experiment", "params", "items"), rows)
     click.echo(f"sweep {made.name}: {len(made.points)} points" + (f"; recording job {recorder.job_id}" if recorder else ""))
 

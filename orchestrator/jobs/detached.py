@@ -9,6 +9,14 @@ job, dependent on all of them, runs ``dvc repro --keep-going`` in attach-only
 mode: every orchestrated stage attaches to its finished job (no resubmission),
 DVC records the items that succeeded, and plain downstream stages run. Without
 one, a ``dvc repro`` by hand does the same.
+
+Waves: where the site's MaxSubmitJobs leaves room for fewer jobs than the stale items
+need, the first items (upstream first) that fit are submitted with the recording job,
+and that job, once it has recorded them, submits the next wave (``orchestrator submit
+--next-wave``) with a recording job of its own, until every item has had its job. Only
+the last runs ``dvc repro``. A wave never submits an item again whose job, since the
+first wave, ended (succeeded or not), nor what depends on one that failed: a failure is
+reported at the end, not retried in a loop.
 """
 
 from __future__ import annotations
@@ -47,6 +55,12 @@ class ItemJob:
     attached: bool
     state: State
     after: tuple[str, ...] = ()  # job ids it waits for
+    deferred: bool = False  # waits for room under the site's MaxSubmitJobs: a later wave submits it (no job yet)
+
+
+# `orchestrator submit --next-wave`'s exit status when no item is left to submit: the
+# recording job then runs the final `dvc repro` (0 means a further wave was submitted).
+NO_WAVE_LEFT = 3
 
 
 def submit(
@@ -57,17 +71,30 @@ def submit(
     say: Callable[[str], None] = print,
     now: Callable[[], float] | None = None,
     force: bool = False,
+    since: float | None = None,
 ) -> list[ItemJob]:
     """Submit the stale items of ``targets`` (all when ``force``, even those whose jobs
-    succeeded: see :mod:`orchestrator.pipeline.invocation`), then the job that records them."""
+    succeeded: see :mod:`orchestrator.pipeline.invocation`), then the job that records them.
+
+    ``since``: this is a later wave of a submission whose first wave was submitted then
+    (the recording job's ``--next-wave``): items with a job since then are not submitted
+    again. Returns no rows when such a wave finds nothing left to submit."""
     import time
 
     now = now or time.time
     if dvclock.mend(root):  # an earlier submit killed while DVC wrote its lock file
         say(f"{root / '.dvc/tmp/rwlock'} was cut short by a killed DVC process: reset to an empty lock")
     batch = stale(root, cluster, runner, targets, force)
-    (done,) = queue([batch], runner, now(), say)
-    active = list(dict.fromkeys(commands.array_of(j.job_id) for j in done if j.state.active))  # an array's id stands for its tasks
+    backend = backends.SbatchBackend(root, runner, batch.ws.profile.profile.scheduler.cluster_name)
+    if since is not None:
+        (batch,) = ended_since([batch], backend, since, say)
+        if followed(batch):
+            say("every item of this submission has had its job: no further wave")
+            return []
+    started = now()
+    (done,) = queue([batch], runner, started, say, waves=True)
+    active = list(dict.fromkeys(commands.array_of(j.job_id) for j in done if j.state.active and not j.deferred))
+    then = ["orchestrator", "submit", *targets, *(["--cluster", cluster] if cluster else []), *(["--force"] if force else [])]
     record = RecordingJob(
         RECORD_ITEM,
         ["orchestrator", "record", *targets],
@@ -75,8 +102,8 @@ def submit(
         tuple(targets),
         manual=("dvc", "repro", *targets),
         does="it attaches to them and records the results",
+        next_wave=[*then, "--next-wave", repr(since if since is not None else started)] if any(j.deferred for j in done) else None,
     )
-    backend = backends.SbatchBackend(root, runner, batch.ws.profile.profile.scheduler.cluster_name)
     recorder = submit_recorder(batch.ws, backend, record, active, now, say)
     return [*done, *([recorder] if recorder else [])]
 
@@ -97,6 +124,22 @@ class Batch:
 
     def named(self, item: str) -> str:
         return f"{self.label} {item}" if self.label else item
+
+    def without(self, names: set[str]) -> Batch:
+        keep = [n for n in self.order if n not in names]
+        pick = lambda mapping: {n: mapping[n] for n in keep}  # noqa: E731
+        upstream = {n: [u for u in self.upstream[n] if u not in names] for n in keep}
+        return Batch(self.ws, keep, pick(self.plans), pick(self.prints), pick(self.outs), upstream, self.force, self.label)
+
+    def downstream_of(self, names: set[str]) -> set[str]:
+        """``names`` and every item that depends on one of them, directly or not."""
+        found = set(names)
+        grew = True
+        while grew:
+            more = {n for n in self.order if n not in found and any(u in found for u in self.upstream[n])}
+            grew = bool(more)
+            found |= more
+        return found
 
 
 def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), force: bool = False, label: str = "") -> Batch:
@@ -137,17 +180,56 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
     return Batch(ws, sorted(order, key=position.__getitem__), plans, prints, outs, upstream, force, label)
 
 
-def queue(batches: Sequence[Batch], runner: Runner, at: float, say: Callable[[str], None] = print) -> list[list[ItemJob]]:
+def ended_since(batches: Sequence[Batch], backend: backends.SbatchBackend, since: float, say: Callable[[str], None] = print) -> list[Batch]:
+    """``batches`` less what a later wave must not submit again: items whose job for their
+    script and inputs was submitted at or after ``since`` and has ended, and what depends on
+    one that failed (said, with the job). Items whose jobs are still queued or running stay:
+    they are attached to. One query of Slurm for all of them."""
+    latest: dict[tuple[int, str], ledger.Record] = {}
+    for i, b in enumerate(batches):
+        book = ledger.Ledger(b.ws.root)
+        for name in b.order:
+            rec = book.history(name).latest(b.prints[name])
+            if rec is not None and rec.backend == backend.name and rec.submitted_at >= since:
+                latest[i, name] = rec
+    infos = backend.query([r.job_id for r in latest.values() if r.state.active]) if latest else {}
+    kept = []
+    for i, b in enumerate(batches):
+        ended, failed = set(), set()
+        for name in b.order:
+            rec = latest.get((i, name))
+            info = infos.get(rec.job_id) if rec is not None else None
+            state = info.state if info is not None else rec.state if rec is not None else None
+            if state is None or state.active:
+                continue
+            ended.add(name)
+            if state != State.COMPLETED:
+                failed.add(name)
+                say(f"{b.named(name)}: job {rec.job_id} ended ({state.value}); not submitted again in this submission")
+        blocked = b.downstream_of(failed) - ended
+        for name in sorted(blocked, key=b.order.index):
+            say(f"{b.named(name)}: not submitted, it depends on an item that failed")
+        kept.append(b.without(ended | blocked))
+    return kept
+
+
+def queue(
+    batches: Sequence[Batch], runner: Runner, at: float, say: Callable[[str], None] = print, waves: bool = False
+) -> list[list[ItemJob]]:
     """Attach every batch's items to their jobs or submit them, level by level (an item's
     upstream jobs are known, to wait for, before it is submitted); items of one shape, from
-    any of the batches, as the tasks of one array. One list of rows per batch, in its order."""
+    any of the batches, as the tasks of one array. One list of rows per batch, in its order.
+
+    Over the site's MaxSubmitJobs: refused, nothing submitted; with ``waves`` (the caller
+    submits a recording job that goes on with the rest) the first items that fit are
+    submitted and the others are rows marked ``deferred``."""
     if not batches:
         return []
     first = batches[0].ws
     backend = backends.SbatchBackend(first.root, runner, first.profile.profile.scheduler.cluster_name)
     books = [ledger.Ledger(b.ws.root) for b in batches]
-    new = [(b, n) for b, book in zip(batches, books, strict=True) for n in b.order if not _followed(book, n, b.prints[n])]
-    _check_room(first, runner, new)
+    new = [(i, n) for i, (b, book) in enumerate(zip(batches, books, strict=True)) for n in b.order if not _followed(book, n, b.prints[n])]
+    deferred = _wave(batches, runner, new, waves, say)
     config, _ = slurm_config.read(runner)
     max_size = arrays.max_array_size(config.get("MaxArraySize") if config else None)
     done: dict[tuple[int, str], ItemJob] = {}
@@ -156,13 +238,19 @@ def queue(batches: Sequence[Batch], runner: Runner, at: float, say: Callable[[st
         subs: dict[tuple[int, str], submission.Submission] = {}
         for i, b in enumerate(batches):
             for name in levels[i][depth] if depth < len(levels[i]) else ():
+                if (i, name) in deferred:
+                    done[i, name] = ItemJob(name, "", False, State.PENDING, deferred=True)
+                    continue
                 plan = b.plans[name]
                 text = render.render(plan)
                 script = b.ws.script_path(plan)
                 write_script(script, text)
-                after = tuple(done[i, u].job_id for u in b.upstream[name] if (i, u) in done and done[i, u].state.active)
+                after = tuple(
+                    done[i, u].job_id for u in b.upstream[name] if (i, u) in done and done[i, u].state.active and not done[i, u].deferred
+                )
                 subs[i, name] = submission.Submission(b.ws, plan, script, text, b.prints[name], b.outs[name], after, b.force)
-        done.update(_submit_level(batches, books, subs, backend, runner, at, max_size, say))
+        if subs:
+            done.update(_submit_level(batches, books, subs, backend, runner, at, max_size, say))
     return [[done[i, name] for name in b.order] for i, b in enumerate(batches)]
 
 
@@ -235,6 +323,12 @@ def _submit_level(
     return {key: done[key] for key in subs}
 
 
+def followed(batch: Batch) -> bool:
+    """Whether every item of ``batch`` has a job queued or running (nothing to submit)."""
+    book = ledger.Ledger(batch.ws.root)
+    return all(_followed(book, name, batch.prints[name]) for name in batch.order)
+
+
 def _followed(book: ledger.Ledger, name: str, fp: str) -> bool:
     """Whether ``name``'s job for ``fp`` is queued or running as far as the ledger knows
     (it will be attached to, not submitted again, forced or not)."""
@@ -242,26 +336,44 @@ def _followed(book: ledger.Ledger, name: str, fp: str) -> bool:
     return rec is not None and rec.state.active
 
 
-def _check_room(ws: Workspace, runner: Runner, new: Sequence) -> None:
-    """Refuse, before anything is submitted, a submission the site's MaxSubmitJobs would cut off half-way."""
+def _wave(batches: Sequence[Batch], runner: Runner, new: list[tuple[int, str]], waves: bool, say) -> set[tuple[int, str]]:
+    """The items of ``new`` ((batch, item), every batch's in its order) left for a later
+    wave: none when the site's MaxSubmitJobs leaves room for all of them and the recording
+    job. Without ``waves`` or without room for one item, refuse before anything is submitted."""
     import getpass
 
     if not new:
-        return
-    need = len(new) + (1 if ws.profile.profile.scheduler.service_partition else 0)
+        return set()
+    ws = batches[0].ws
+    recorder = 1 if ws.profile.profile.scheduler.service_partition else 0
+    need = len(new) + recorder
     settings = ws.params.settings
     partition = ws.profile.profile.scheduler.partitions.get(settings.partition or ws.profile.profile.scheduler.default_partition or "")
-    for limit in limits.submit_limits(runner, getpass.getuser(), settings.account, partition.qos if partition else None):
-        if need > limit.room:
-            recorder = " and the recording job" if need > len(new) else ""
-            raise backends.SchedulerError(
-                f"{len(new)} item(s){recorder} would need {need} jobs, but {limit.what} allows {limit.limit} queued or running "
-                f"(MaxSubmitJobs) and {limit.queued} are already: nothing was submitted",
-                hints=[
-                    f"submit at most {limit.room} now: `orchestrator submit TARGET...` with a part of the matrix, the rest when they end",
-                    "or ask the site for a higher MaxSubmitJobs (`sacctmgr show assoc user=$USER`, `sacctmgr show qos`)",
-                ],
-            )
+    found = limits.submit_limits(runner, getpass.getuser(), settings.account, partition.qos if partition else None)
+    tight = min(found, key=lambda limit: limit.room, default=None)
+    if tight is None or need <= tight.room:
+        return set()
+    size = tight.room - recorder
+    if not (waves and recorder and size >= 1):
+        also = " and the recording job" if recorder else ""
+        why = "" if recorder else " (waves need the profile's scheduler.service_partition, where the job that submits the next one runs)"
+        raise backends.SchedulerError(
+            f"{len(new)} item(s){also} would need {need} jobs, but {tight.what} allows {tight.limit} queued or running "
+            f"(MaxSubmitJobs) and {tight.queued} are already: nothing was submitted{why}",
+            hints=[
+                f"submit at most {tight.room} now: `orchestrator submit TARGET...` with a part of the matrix, the rest when they end",
+                "or ask the site for a higher MaxSubmitJobs (`sacctmgr show assoc user=$USER`, `sacctmgr show qos`)",
+            ],
+        )
+    # Upstream first within each batch, so a wave never holds an item whose upstream item waits for a later one.
+    ranks = [{name: r for r, name in enumerate(n for level in _levels(b.order, b.upstream) for n in level)} for b in batches]
+    ordered = sorted(new, key=lambda key: (key[0], ranks[key[0]][key[1]]))
+    later = set(ordered[size:])
+    say(
+        f"{tight.what} allows {tight.limit} queued or running jobs (MaxSubmitJobs), {tight.queued} are: {size} of {len(new)} item(s) "
+        f"submitted now, the other {len(later)} in waves, each submitted by the recording job of the one before"
+    )
+    return later
 
 
 def _stale_in_order(repo, ws: Workspace, targets: Sequence[str], force: bool = False) -> tuple[list[str], list[str]]:
@@ -307,6 +419,9 @@ class RecordingJob:
     script: str = "record.sbatch"  # its file name under .orchestrator/scripts
     manual: tuple[str, ...] = ()  # what to run by hand instead (default: ``record``)
     does: str = "it records the results"
+    # Items wait for room under MaxSubmitJobs: after recording, this submits the next wave
+    # (exit 0) or finds none left (exit NO_WAVE_LEFT), and only then does ``then`` run.
+    next_wave: list[str] | None = None
 
     @property
     def by_hand(self) -> str:
@@ -344,6 +459,8 @@ def submit_recorder(ws: Workspace, backend: backends.SbatchBackend, job: Recordi
                 log=".orchestrator/logs/record-%j.log",
                 record=shell_join(job.record),
                 repro=shell_join(job.then) if job.then else None,
+                next_wave=shell_join(job.next_wave) if job.next_wave else None,
+                no_wave_left=NO_WAVE_LEFT,
                 profile=ws.cluster,
             )
         )
@@ -369,5 +486,6 @@ def submit_recorder(ws: Workspace, backend: backends.SbatchBackend, job: Recordi
                 provenance={"after": list(job_ids), "targets": list(job.targets)},
             )
         )
-    say(f"recording job {job_id} records the results when they end (log .orchestrator/logs/record-{job_id}.log)")
+    goes_on = ", then submits the next wave" if job.next_wave else ""
+    say(f"recording job {job_id} records the results when they end{goes_on} (log .orchestrator/logs/record-{job_id}.log)")
     return ItemJob(job.item, job_id, False, State.PENDING, tuple(job_ids))

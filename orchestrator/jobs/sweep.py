@@ -157,15 +157,53 @@ def submit(
     cache = _cache_dir(root)
     todo = [p for p in sweep.points if not p.saved]
     batches = [detached.stale(_copy(root, runner, sweep, p, cache), cluster, runner, sweep.targets, label=p.name) for p in todo]
-    rows = detached.queue(batches, runner, now(), say)  # items of one shape share arrays across the points
-    jobs = {p.name: js for p, js in zip(todo, rows, strict=True)}
-    active = list(dict.fromkeys(j.job_id.split("_")[0] for js in jobs.values() for j in js if j.state.active))
+    jobs, recorder = _queue(root, cluster, runner, sweep, todo, batches, now(), None, say)
+    return sweep, jobs, recorder
+
+
+def next_wave(
+    root: Path, cluster: str | None, runner: Runner, name: str, since: float, say: Callable[[str], None] = print, now=None
+) -> tuple[dict[str, list[detached.ItemJob]], detached.ItemJob | None] | None:
+    """The recording job's, where the site's MaxSubmitJobs cut sweep ``name`` into waves
+    (the first submitted at ``since``): submit the next wave of its unsaved points' items,
+    leaving out those with a job since then; None when no item is left to submit."""
+    import time
+
+    now = now or time.time
+    root = root.resolve()
+    sweep = Sweep.load(root, name)
+    todo = [p for p in sweep.points if not p.saved and (root / p.folder).is_dir()]
+    batches = [detached.stale(root / p.folder, cluster, runner, sweep.targets, label=p.name) for p in todo]
     ws = Workspace.open(root, cluster, runner, form="sbatch")
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
-    argv = ["orchestrator", "sweep", "--record", sweep.name, *(["--cluster", cluster] if cluster else [])]
-    job = detached.RecordingJob(f"orchestrator:sweep:{sweep.name}", argv, script=f"sweep-{sweep.name}.sbatch")
-    recorder = detached.submit_recorder(ws, backend, job, active, now, say)
-    return sweep, jobs, recorder
+    batches = detached.ended_since(batches, backend, since, say)
+    if all(detached.followed(b) for b in batches):
+        say(f"every item of sweep {name} has had its job: no further wave")
+        return None
+    return _queue(root, cluster, runner, sweep, todo, batches, now(), since, say)
+
+
+def _queue(
+    root: Path, cluster: str | None, runner: Runner, sweep: Sweep, todo: list[Point], batches: list, at: float, since: float | None, say
+) -> tuple[dict[str, list[detached.ItemJob]], detached.ItemJob | None]:
+    """Queue the points' items (those of one shape share arrays across the points), in waves
+    where MaxSubmitJobs is short of room, then the sweep's recording job."""
+    rows = detached.queue(batches, runner, at, say, waves=True)
+    jobs = {p.name: js for p, js in zip(todo, rows, strict=True)}
+    active = list(dict.fromkeys(j.job_id.split("_")[0] for js in jobs.values() for j in js if j.state.active and not j.deferred))
+    ws = Workspace.open(root, cluster, runner, form="sbatch")
+    backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
+    where = ["--cluster", cluster] if cluster else []
+    waits = any(j.deferred for js in jobs.values() for j in js)
+    following = ["orchestrator", "sweep", "--name", sweep.name, *where, "--next-wave", repr(at if since is None else since)]
+    job = detached.RecordingJob(
+        f"orchestrator:sweep:{sweep.name}",
+        ["orchestrator", "sweep", "--record", sweep.name, *where],
+        script=f"sweep-{sweep.name}.sbatch",
+        next_wave=following if waits else None,
+    )
+    recorder = detached.submit_recorder(ws, backend, job, active, lambda: at, say)
+    return jobs, recorder
 
 
 @dataclass

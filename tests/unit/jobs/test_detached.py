@@ -239,23 +239,68 @@ def test_a_stale_plain_stage_whose_output_is_missing_is_named_not_a_traceback(tm
     assert "fetch: run `dvc repro fetch` first" in str(failed.value) and slurm.runner.called("sbatch") == []
 
 
-def test_a_submission_over_the_sites_maxsubmitjobs_is_refused_before_anything_is_queued(root):
-    from fakes import ok
-
+def test_no_room_for_one_item_and_the_recording_job_is_refused_before_anything_is_queued(root):
     slurm = FakeSlurm()
-    assoc = {"format=account": f"{ACCOUNT}\n", "format=MaxSubmit,GrpSubmit,DefaultQOS": "3||normal\n"}
-    slurm.runner.answers["sacctmgr"] = lambda argv: ok(next((v for k, v in assoc.items() if k in argv), ""))(argv)
-    slurm.runner.answers["squeue"] = lambda argv: ok("77\n" if "-A" in argv else "")(argv)  # one job of ours already queued
+    slurm.max_submit(3, 2)
     with pytest.raises(backends.SchedulerError) as caught:
         submit(root, slurm)
     err = caught.value
     assert err.headline == (
         f"3 item(s) and the recording job would need 4 jobs, but the association of {getpass.getuser()} "
-        f"with account {ACCOUNT} allows 3 queued or running (MaxSubmitJobs) and 1 are already: nothing was submitted"
+        f"with account {ACCOUNT} allows 3 queued or running (MaxSubmitJobs) and 2 are already: nothing was submitted"
     )
-    assert "submit at most 2 now" in err.hints[0]
+    assert "submit at most 1 now" in err.hints[0]
     assert slurm.sbatch_calls() == {} and not (root / ".orchestrator/ledger/prep.json").exists()
-    # Room enough: submitted as usual.
-    assoc["format=MaxSubmit,GrpSubmit,DefaultQOS"] = "10||normal\n"
+    # Room enough: submitted as usual, in one go.
+    slurm.max_submit(10, 2)
     rows, _ = submit(root, slurm)
-    assert len(rows) == 4
+    assert len(rows) == 4 and not any(r.deferred for r in rows)
+
+
+def test_over_maxsubmitjobs_the_items_go_in_waves_each_submitted_by_the_last_ones_recording_job(root):
+    slurm = FakeSlurm()
+    slurm.max_submit(3, 1)  # room for 2: one item and the recording job
+    rows, lines = submit(root, slurm, at=1000.0)
+    by_item = {r.item: r for r in rows}
+    assert list(slurm.sbatch_calls()) == ["prep", "record"]  # upstream first: train waits for prep's wave
+    assert by_item["solo"].deferred and by_item["train"].deferred and by_item["solo"].job_id == ""
+    prep, recorder = by_item["prep"].job_id, by_item[detached.RECORD_ITEM]
+    assert recorder.after == (prep,)
+    assert any("1 of 3 item(s) submitted now, the other 2 in waves" in line for line in lines)
+    script = (root / ".orchestrator/scripts/record.sbatch").read_text()
+    assert "orchestrator submit --next-wave 1000.0" in script
+    assert script.index("orchestrator record") < script.index("--next-wave") < script.index("dvc repro --keep-going")
+
+    # The recording job (running: one of our queued jobs) submits the next wave; prep is done.
+    slurm.states[prep], slurm.states[recorder.job_id] = "COMPLETED", "RUNNING"
+    rows = detached.submit(root, None, slurm.runner, (), say=lines.append, now=lambda: 2000.0, since=1000.0)
+    by_item = {r.item: r for r in rows}
+    assert "prep" not in by_item  # its job ended since the first wave: never submitted again
+    assert [Path(a[-1]).stem for a in slurm.runner.called("sbatch")][2:] == ["solo", "record"] and by_item["train"].deferred
+    solo = by_item["solo"].job_id
+    assert "--next-wave 1000.0" in (root / ".orchestrator/scripts/record.sbatch").read_text()  # the first wave's time, kept
+
+    # solo fails: the third wave does not submit it again; train goes (prep has ended), and no wave follows.
+    slurm.states[solo] = "FAILED"
+    said: list[str] = []
+    rows = detached.submit(root, None, slurm.runner, (), say=said.append, now=lambda: 3000.0, since=1000.0)
+    assert [r.item for r in rows] == ["train", detached.RECORD_ITEM] and rows[0].after == ()
+    assert f"solo: job {solo} ended (failed); not submitted again in this submission" in said
+    assert "--next-wave" not in (root / ".orchestrator/scripts/record.sbatch").read_text()
+
+    # Every item has had its job: a further --next-wave submits nothing.
+    slurm.states[rows[0].job_id] = "COMPLETED"
+    before = len(slurm.runner.called("sbatch"))
+    assert detached.submit(root, None, slurm.runner, (), say=said.append, now=lambda: 4000.0, since=1000.0) == []
+    assert len(slurm.runner.called("sbatch")) == before and said[-1] == "every item of this submission has had its job: no further wave"
+
+
+def test_a_later_wave_leaves_out_what_depends_on_a_failed_item(root):
+    slurm = FakeSlurm()
+    slurm.max_submit(3, 1)
+    rows, _ = submit(root, slurm, at=1000.0)
+    slurm.states[rows[0].job_id] = "FAILED"  # prep
+    said: list[str] = []
+    rows = detached.submit(root, None, slurm.runner, (), say=said.append, now=lambda: 2000.0, since=1000.0)
+    assert [r.item for r in rows] == ["solo", detached.RECORD_ITEM]
+    assert "train: not submitted, it depends on an item that failed" in said

@@ -164,3 +164,36 @@ def test_a_bad_sweep_name_is_one_clear_error_and_nothing_is_made(project, name):
         sweep.submit(project, None, SlurmAndGit(slurm), ["sweep.lr=0.1,0.2"], name=name, say=lambda _: None)
     assert "sweep name" in caught.value.render() and "letters, digits" in caught.value.render()
     assert slurm.runner.called("sbatch") == [] and not (project / sweep.SWEEPS_DIR).exists()
+
+
+def test_over_maxsubmitjobs_a_sweep_goes_in_waves_and_every_point_is_saved(project):
+    slurm = FakeSlurm()
+    runner = SlurmAndGit(slurm)
+    slurm.max_submit(3, 1)  # room for one item and the recording job
+    lines: list[str] = []
+    made, jobs, recorder = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], name="grid", say=lines.append, now=lambda: 1000.0)
+    assert [sum(j.deferred for j in jobs[p.name]) for p in made.points] == [0, 1, 1]
+    assert len(slurm.runner.called("sbatch")) == 2 and recorder is not None  # the first point's job and the recording job
+    script = (project / ".orchestrator/scripts/sweep-grid.sbatch").read_text()
+    assert "orchestrator sweep --record grid" in script and "orchestrator sweep --name grid --next-wave 1000.0" in script
+
+    def end_wave() -> None:
+        for point in made.points:
+            path = project / point.folder / ".orchestrator/ledger/work@0.json"
+            if path.exists():
+                slurm.states[json.loads(path.read_text())["records"][-1]["job_id"]] = "COMPLETED"
+                lr = float(point.overrides["params.yaml"][0].split("=")[1])
+                (project / point.folder / "out").mkdir(exist_ok=True)
+                (project / point.folder / "out/m0.json").write_text(json.dumps({"lr": lr, "score": 2 * lr}))
+
+    waves = 1
+    while True:  # what each wave's recording job does: record, then submit the next wave
+        end_wave()
+        sweep.record_points(project, None, runner, "grid", say=lines.append)
+        if sweep.next_wave(project, None, runner, "grid", 1000.0, say=lines.append, now=lambda w=waves: 2000.0 + w) is None:
+            break
+        waves += 1
+        assert waves <= 3
+    assert waves == 3 and lines[-1] == "every item of sweep grid has had its job: no further wave"
+    assert len(slurm.runner.called("sbatch")) == 6  # three items and three recording jobs: none submitted twice
+    assert set(exp_metrics(project)) == {p.name for p in made.points}
