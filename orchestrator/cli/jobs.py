@@ -110,7 +110,9 @@ def sweep(
     submitted together. When the jobs end, the sweep's recording job (or `orchestrator
     sweep --record NAME` by hand) records each point whose items all succeeded and saves
     it with `dvc exp save`: `dvc exp show` lists it. Run the same command again to
-    submit the points that failed; saved points are not submitted again.
+    submit the points that failed; saved points are not submitted again. Where the
+    site's MaxSubmitJobs leaves too little room, the items go in waves: each recording
+    job saves what has finished and submits the next.
     """
     from orchestrator.jobs import detached
     from orchestrator.jobs import sweep as sw

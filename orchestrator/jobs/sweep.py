@@ -16,6 +16,10 @@ have committed, and outputs go to the project's DVC cache (the copies share it),
 it is listed with the job and log, its copy kept, and the same ``sweep`` command
 submits it again alone (saved points are never submitted again).
 
+Over the site's MaxSubmitJobs the points' items go in waves (:mod:`orchestrator.jobs.detached`):
+each wave's recording job saves the points that finished, then submits the next
+(``orchestrator sweep --name NAME --next-wave T``, :func:`next_wave`).
+
 The sweep's manifest (``.dvc/tmp/orchestrator-sweeps/NAME.json``) lists its points,
 their experiment names and copies, and which were saved.
 """

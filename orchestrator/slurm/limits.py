@@ -3,8 +3,10 @@
 Sites cap the jobs a user may have queued or running, on the association (user and
 account) and on the QOS. Past the cap sbatch refuses, so a sweep submitted item by item
 would stop half-way, some items queued and the rest not. ``orchestrator submit``
-therefore asks first and refuses the whole submission, naming the limit, when it would
-not fit. (An array task counts as a job for these limits too.)
+therefore asks first and, when the items would not fit, submits them in waves (see
+:mod:`orchestrator.jobs.detached`), or refuses the whole submission, naming the limit,
+when not even one item and its recording job fit. (An array task counts as a job for
+these limits too.)
 """
 
 from __future__ import annotations
