@@ -304,3 +304,20 @@ def test_a_later_wave_leaves_out_what_depends_on_a_failed_item(root):
     rows = detached.submit(root, None, slurm.runner, (), say=said.append, now=lambda: 2000.0, since=1000.0)
     assert [r.item for r in rows] == ["solo", detached.RECORD_ITEM]
     assert "train: not submitted, it depends on an item that failed" in said
+
+
+def test_without_a_service_partition_there_are_no_waves_and_a_submission_over_the_limit_is_refused(root, tmp_path):
+    from orchestrator.config.profile import BUILTIN_DIR
+
+    text = (BUILTIN_DIR / "testbed.yaml").read_text().replace("  service_partition: debug\n", "")
+    (tmp_path / "no-service.yaml").write_text(text)
+    (root / "params.yaml").write_text(yaml.safe_dump({"orchestrator": {"cluster": str(tmp_path / "no-service.yaml"), "account": ACCOUNT}}))
+    slurm = FakeSlurm()
+    slurm.max_submit(2, 0)
+    with pytest.raises(backends.SchedulerError) as caught:
+        submit(root, slurm)
+    assert caught.value.headline.startswith("3 item(s) would need 3 jobs, but the association of")
+    assert caught.value.headline.endswith(
+        "nothing was submitted (waves need the profile's scheduler.service_partition, where the job that submits the next one runs)"
+    )
+    assert slurm.sbatch_calls() == {}
