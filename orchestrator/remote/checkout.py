@@ -49,6 +49,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from orchestrator.remote.connection import RemoteError
+from orchestrator.util import yamlio
 from orchestrator.util.runner import Completed, Runner
 
 STATE_FILE = ".orchestrator/remote/synced.json"
@@ -101,17 +102,17 @@ def merge_lock(base: str | None, ours: str | None, theirs: str | None) -> tuple[
                 kept.append(name)
         elif name in t:
             merged[name] = t[name]
-    top = yaml.safe_load(theirs) if theirs else None
+    top = yamlio.parse(theirs) if theirs else None
     document = dict(top) if isinstance(top, dict) else {"schema": "2.0"}
     document["stages"] = merged
-    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True), kept
+    return yamlio.dump(document), kept
 
 
 def _stages(text: str | None) -> dict | None:
     if text is None:
         return None
     try:
-        data = yaml.safe_load(text)
+        data = yamlio.parse(text)
     except yaml.YAMLError:
         return None
     if data is None:

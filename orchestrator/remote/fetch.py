@@ -42,11 +42,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-import yaml
-
 from orchestrator.remote.checkout import LOCK_NAME, _stages
 from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.shared import Puller, default_remote
+from orchestrator.util import yamlio
 from orchestrator.util.runner import Completed, Runner
 
 STAGING = ".orchestrator/fetch"
@@ -134,12 +133,12 @@ def select(stages: dict, targets: Sequence[str], known: Iterable[str]) -> tuple[
 def merge(local: str | None, entries: dict[str, dict]) -> str:
     """This side's dvc.lock with ``entries`` (stage -> the cluster's entry) put in: fetched stages
     take the cluster's entry, every other stage stays as it is here."""
-    document = yaml.safe_load(local) if local else None
+    document = yamlio.parse(local) if local else None
     document = dict(document) if isinstance(document, dict) else {"schema": "2.0"}
     stages = dict(document.get("stages") or {})
     stages.update(entries)
     document["stages"] = stages
-    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
+    return yamlio.dump(document)
 
 
 def write_atomic(path: Path, text: str) -> None:
