@@ -109,7 +109,7 @@ def waves_of(jobs: list[dict]) -> list[dict]:
     return spans
 
 
-def main() -> int:
+def options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=1000, help="items in the matrix (default 1000)")
     ap.add_argument("--max-submit", type=int, default=250, help="the user's MaxSubmitJobs during the run (default 250)")
@@ -117,6 +117,10 @@ def main() -> int:
     a = ap.parse_args()
     if a.items < 1 or a.max_submit < 2 or a.sleep < 0:
         ap.error("--items >= 1, --max-submit >= 2 (an item and the recording job), --sleep >= 0")
+    return a
+
+
+def main(a: argparse.Namespace) -> int:
     subprocess.run([sys.executable, "-m", "orchestrator", "testbed", "up"], check=True, capture_output=True)
     env = {**os.environ, "ORCH_POLL_MAX_S": "2", "PYTHONPATH": str(ROOT), "BENCH_SLEEP": str(a.sleep)}
     failures = []
@@ -178,4 +182,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    on_testbed(main)
+    parsed = options()  # a bad option is a usage error wherever this runs
+    on_testbed(lambda: main(parsed))
