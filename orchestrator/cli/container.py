@@ -117,7 +117,8 @@ def build_command(
             raise ContainerError(
                 f"--on-cluster puts the image where the profile's jobs read it (container.image): leave out {' and '.join(clash)}"
             )
-        request = container_cluster.Request(name, force, digest_file, tuple(overrides), replace_other_image)
+        given = None if timeout == DEFAULT_TIMEOUT else timeout  # the default is the build's own there too
+        request = container_cluster.Request(name, force, digest_file, tuple(overrides), replace_other_image, given)
         return container_cluster.build_on_cluster(project, cluster, request, here, remote, with_changes)
     misplaced = [flag for flag, given in (("--remote", remote), ("--with-changes", with_changes), ("--here", here)) if given]
     if misplaced:

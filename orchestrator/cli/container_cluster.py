@@ -34,6 +34,7 @@ class Request:
     digest_file: Path | None
     overrides: tuple[str, ...]
     replace_other_image: bool
+    timeout: float | None = None  # --timeout when given: the build in the job gives up after it
 
 
 def remote_digest(image: str) -> str:
@@ -90,7 +91,9 @@ def _here(project: Path, cluster: str | None, request: Request, runner, checked:
     digest_file = (request.digest_file or project / CONTAINERS_DIR / f"{image.name}.digest").absolute()
     beside = Path(sys.executable).with_name("orchestrator")
     this = on_cluster.orchestrator_argv(sys.executable, beside.is_file() and os.access(beside, os.X_OK))
-    job = on_cluster.plan(p, image.name, str(target), ws.absolute_root, this, account, str(digest_file), request.force, request.overrides)
+    job = on_cluster.plan(
+        p, image.name, str(target), ws.absolute_root, this, account, str(digest_file), request.force, request.overrides, request.timeout
+    )
 
     def say(line: str) -> None:
         click.echo(line, err=True)
@@ -188,6 +191,7 @@ def _over_ssh(project: Path, cluster: str | None, request: Request, with_changes
     argv = ["container", "build", image, "--on-cluster", "--here", "--digest-file", remote_digest(image)]
     argv += [*(["--cluster", cluster] if cluster else []), *(["--force"] if request.force else [])]
     argv += [*_sets(request.overrides), *(["--replace-other-image"] if request.replace_other_image else [])]
+    argv += ["--timeout", repr(request.timeout)] if request.timeout is not None else []
     say_line(f"running `orchestrator {' '.join(argv)}` on {session.dest.host} in {session.project}")
     try:
         code = session.run(argv, stream_out, say_line)

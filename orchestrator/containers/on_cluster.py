@@ -69,6 +69,7 @@ def plan(
     digest_file: str,
     force: bool = False,
     overrides: Sequence[str] = (),
+    timeout: float | None = None,
 ) -> BuildJob:
     """The build job of ``image`` into ``target`` for ``profile`` (its ``container.build``),
     run with the ``orchestrator`` argv prefix (:func:`orchestrator_argv`); every problem at once, as one
@@ -84,7 +85,7 @@ def plan(
     if not Path(target).is_absolute():
         raise ContainerError(f"the image path {target!r} is not absolute: give container.image as an absolute path on the cluster")
     command = [*orchestrator, "container", "build", image, "--output", target, "--digest-file", digest_file]
-    command += ["--builder", b.builder, *(["--force"] if force else [])]
+    command += ["--builder", b.builder, *(["--force"] if force else []), *(["--timeout", repr(timeout)] if timeout is not None else [])]
     for item in overrides:
         command += ["--set", item]
     return BuildJob(

@@ -53,6 +53,11 @@ def test_the_job_runs_the_same_build_into_the_profiles_path():
     assert on_cluster.job_file(Path("/shared/u/tiny.sif")) == Path("/shared/u/.tiny.sif.build-job")
 
 
+def test_a_given_timeout_goes_to_the_build_in_the_job():
+    assert plan(timeout=600.0).command[-2:] == ("--timeout", "600.0")
+    assert "--timeout" not in plan().command  # the build's own default there
+
+
 def test_the_job_runs_the_installed_orchestrator_not_a_copy_in_the_project():
     assert on_cluster.orchestrator_argv("/venv/bin/python3", True) == ["/venv/bin/orchestrator"]
     assert on_cluster.orchestrator_argv("/venv/bin/python3", False) == ["/venv/bin/python3", "-m", "orchestrator"]
