@@ -71,3 +71,26 @@ def test_a_lock_file_cut_short_by_a_killed_dvc_process_does_not_stop_the_record(
     assert any("rwlock was cut short" in line for line in said), said
     assert lock.read_text() != '{"read": {'
     assert found.recorded == ["solo"] and "solo" in yaml.safe_load((root / "dvc.lock").read_text())["stages"], found
+
+
+def test_a_job_missing_from_slurm_for_a_moment_is_asked_for_again(root, monkeypatch):  # noqa: F811
+    """The recording job starts as the last job ends: slurmdbd may not have it yet, and the
+    controller no longer lists it. Asked again after a pause, it is recorded, not left 'pending'."""
+    from orchestrator.jobs import submission
+
+    slurm = FakeSlurm()
+    rows, _ = submit(root, slurm, targets=("solo",))
+    (job,) = [r.job_id for r in rows if r.item == "solo"]
+    (root / "solo").mkdir()
+    (root / "solo/x.txt").write_text("solo output\n")
+    hidden = slurm.states.pop(job)  # in no list yet
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        slurm.states[job] = "COMPLETED"  # slurmdbd has written it meanwhile
+
+    monkeypatch.setattr(submission, "pause", pause)
+    assert hidden == "PENDING"
+    found = record.record(root, None, slurm.runner, targets=("solo",), say=lambda line: None)
+    assert found.recorded == ["solo"] and pauses == [1.0]
