@@ -26,8 +26,18 @@ def _max_submit(value: int) -> None:
     subprocess.run(["sacctmgr", "-i", "modify", "user", user, "set", f"maxsubmitjobs={value}"], check=True, capture_output=True)
 
 
+def _our_queue_drained(timeout: float = 120) -> None:
+    """Wait for this user's jobs from earlier tests to end: they count against the limit, and the
+    waves' sizes asserted here assume none does (a recording job may still be finishing)."""
+    deadline = time.time() + timeout
+    while subprocess.run(["squeue", "-h", "-u", getpass.getuser()], capture_output=True, text=True).stdout.strip():
+        assert time.time() < deadline, "jobs of earlier tests are still queued"
+        time.sleep(2)
+
+
 def test_a_matrix_over_maxsubmitjobs_runs_in_waves_each_item_once(slurm_testbed, tmp_path):
     project = sweep(tmp_path / "p", 12, shared_profile(tmp_path), array_parallel=6)
+    _our_queue_drained()
     since = time.time()
     _max_submit(5)
     try:
@@ -81,6 +91,7 @@ def test_no_room_for_an_item_and_the_recording_job_is_refused_up_front(slurm_tes
 
 def test_a_sweep_over_maxsubmitjobs_goes_in_waves_and_every_point_becomes_an_experiment(slurm_testbed, tmp_path):
     project = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
+    _our_queue_drained()
     env = {**os.environ, **GIT_ENV}  # the recording jobs commit experiments (sbatch passes the environment on)
     since = time.time()
     _max_submit(3)
@@ -99,8 +110,13 @@ def test_a_sweep_over_maxsubmitjobs_goes_in_waves_and_every_point_becomes_an_exp
     # recording job; the points' jobs run in their copies of the project, under it.
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))
     argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", ACCOUNT, "--format=JobName,State,WorkDir"]
-    rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
-    jobs = [row for row in rows if row[2].startswith(str(project.resolve()))]
+    deadline = time.time() + 60  # slurmdbd records a job that just ended a while later (seen: over 10 s)
+    while True:
+        rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
+        jobs = [row for row in rows if row[2].startswith(str(project.resolve()))]
+        if len(jobs) >= 7 or time.time() > deadline:
+            break
+        time.sleep(2)
     assert collections.Counter(j[0] for j in jobs)["orchestrator-record"] == 3 and len(jobs) == 7, jobs
     scores = exp_metrics(project)
     assert {f"grid-{i}": scores.get(f"grid-{i}") for i in range(4)} == {"grid-0": 0.2, "grid-1": 0.4, "grid-2": 0.6, "grid-3": 0.8}, scores
