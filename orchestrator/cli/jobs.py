@@ -149,6 +149,16 @@ def sweep(
     click.echo(f"sweep {made.name}: {len(made.points)} points" + (f"; recording job {recorder.job_id}" if recorder else ""))
 
 
+def _waiting(project: Path, row) -> int:
+    """How many items the recording job of ``row`` leaves for later waves (0: it is no such job)."""
+    from orchestrator.jobs import detached, ledger
+
+    if row.item != detached.RECORD_ITEM and not row.item.startswith("orchestrator:sweep:"):
+        return 0
+    rec = next((r for r in reversed(ledger.Ledger(project).records(row.item)) if r.job_id == row.job_id), None)
+    return int(rec.provenance.get("waiting", 0)) if rec else 0
+
+
 @click.command()
 @click.argument("targets", nargs=-1)
 @cluster_option()
@@ -249,6 +259,10 @@ def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: st
         table(tuple(columns), [tuple(c) for c in cells])
         for a in arrays:
             click.echo(f"array {a.array_id}: {a.tasks} tasks ({a.items}): {a.states}")
+        for r in rows:
+            waiting = _waiting(project, r) if r.state.active else 0
+            if waiting:
+                click.echo(f"{waiting} item(s) wait for a later wave (MaxSubmitJobs): recording job {r.job_id} submits it when these end")
         for r in rows:
             if r.stuck:
                 click.echo(f"orchestrator: {r.item}: job {r.job_id} will not start by itself ({r.reason}): {r.stuck}", err=True)

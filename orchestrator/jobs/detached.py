@@ -103,6 +103,7 @@ def submit(
         manual=("dvc", "repro", *targets),
         does="it attaches to them and records the results",
         next_wave=[*then, "--next-wave", repr(since if since is not None else started)] if any(j.deferred for j in done) else None,
+        waiting=sum(j.deferred for j in done),
     )
     recorder = submit_recorder(batch.ws, backend, record, active, now, say)
     return [*done, *([recorder] if recorder else [])]
@@ -422,6 +423,7 @@ class RecordingJob:
     # Items wait for room under MaxSubmitJobs: after recording, this submits the next wave
     # (exit 0) or finds none left (exit NO_WAVE_LEFT), and only then does ``then`` run.
     next_wave: list[str] | None = None
+    waiting: int = 0  # items left for later waves (in its ledger record, for `orchestrator status`)
 
     @property
     def by_hand(self) -> str:
@@ -483,7 +485,7 @@ def submit_recorder(ws: Workspace, backend: backends.SbatchBackend, job: Recordi
                 script=os.path.relpath(script, ws.root),
                 submitted_at=now(),
                 log=f".orchestrator/logs/record-{job_id}.log",
-                provenance={"after": list(job_ids), "targets": list(job.targets)},
+                provenance={"after": list(job_ids), "targets": list(job.targets), **({"waiting": job.waiting} if job.waiting else {})},
             )
         )
     goes_on = ", then submits the next wave" if job.next_wave else ""

@@ -205,6 +205,7 @@ def _queue(
         ["orchestrator", "sweep", "--record", sweep.name, *where],
         script=f"sweep-{sweep.name}.sbatch",
         next_wave=following if waits else None,
+        waiting=sum(j.deferred for js in jobs.values() for j in js),
     )
     recorder = detached.submit_recorder(ws, backend, job, active, lambda: at, say)
     return jobs, recorder

@@ -267,6 +267,7 @@ def test_over_maxsubmitjobs_the_items_go_in_waves_each_submitted_by_the_last_one
     prep, recorder = by_item["prep"].job_id, by_item[detached.RECORD_ITEM]
     assert recorder.after == (prep,)
     assert any("1 of 3 item(s) submitted now, the other 2 in waves" in line for line in lines)
+    assert ledger.Ledger(root).records(detached.RECORD_ITEM)[-1].provenance["waiting"] == 2  # for `orchestrator status`
     script = (root / ".orchestrator/scripts/record.sbatch").read_text()
     assert "orchestrator submit --next-wave 1000.0" in script
     assert script.index("orchestrator record") < script.index("--next-wave") < script.index("dvc repro --keep-going")

@@ -130,3 +130,17 @@ def test_status_shows_an_item_whose_ledger_was_recovered(tmp_path, monkeypatch):
     (row,) = [line for line in done.output.splitlines() if line.startswith("bench@b")]
     assert "recovered (it is not text (binary data); damaged file kept as bench@b.json.damaged-" in row
     assert list(path.parent.glob("bench@b.json.damaged-*")) and "Traceback" not in done.output
+
+
+def test_status_says_how_many_items_wait_for_a_later_wave(tmp_path, monkeypatch):
+    import dataclasses
+
+    seed(tmp_path)
+    recorder = dataclasses.replace(record("orchestrator:record", "40", State.PENDING), provenance={"after": ["11"], "waiting": 751})
+    with ledger.Ledger(tmp_path).locked(recorder.item) as entries:
+        entries.append(recorder)
+    runner = FakeRunner({"sacct": ok("11|RUNNING|0:0|5|1|node1|None\n40|PENDING|0:0|0|1||None\n")})
+    monkeypatch.setattr("orchestrator.util.runner.SubprocessRunner", lambda: runner)
+    done = invoke("status", "--project", str(tmp_path))
+    assert done.exit_code == 0, done.output
+    assert "751 item(s) wait for a later wave (MaxSubmitJobs): recording job 40 submits it when these end" in done.output
