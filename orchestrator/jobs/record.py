@@ -71,16 +71,9 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                     found.unfinished.append((stage.addressing, "no job submitted for its current script and inputs"))
                 else:
                     latest[stage.addressing] = (stage, rec)
-            infos = backend.query([rec.job_id for _, rec in latest.values()])
-            # A job that has just ended is in neither the controller's list nor, for a few
-            # seconds, the accounting (the recording job starts at that moment): ask again.
-            lost = [rec.job_id for _, rec in latest.values() if rec.job_id not in infos and rec.state.active]
-            for delay in submission.LOOKUP_RETRY_S if lost else ():
-                submission.pause(delay)
-                infos.update(backend.query(lost))
-                lost = [job for job in lost if job not in infos]
-                if not lost:
-                    break
+            # The recording job starts as the last job ends, before the accounting may have it: asked again.
+            ids = [rec.job_id for _, rec in latest.values()]
+            infos = submission.lookup(backend, ids, live=[rec.job_id for _, rec in latest.values() if rec.state.active])
             # Their cluster's accounting (every run's time and energy), kept in the provenance of
             # those that write metrics: one more sacct for all of them.
             kept = [r.job_id for st, r in latest.values() if any(o.metric for o in st.outs) and _completed(infos.get(r.job_id))]

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -342,18 +343,26 @@ def attach(records: ledger.ItemLedger, sub: Submission, backend: backends.Backen
         return _follow(earlier, ended, sub)
     if not (earlier.state.active or earlier.state == State.COMPLETED):
         return None
-    info = backend.query([earlier.job_id]).get(earlier.job_id)
-    for delay in LOOKUP_RETRY_S if info is None and earlier.state.active else ():
-        # A job that has just ended is in neither the controller's list (it keeps running
-        # and pending jobs) nor, for a few seconds, the database's: taken for gone, it
-        # would be submitted a second time (seen: an array task at its end).
-        pause(delay)
-        info = backend.query([earlier.job_id]).get(earlier.job_id)
-        if info is not None:
-            break
+    # Taken for gone, a job that has just ended would be submitted a second time (seen: an array task at its end).
+    info = lookup(backend, [earlier.job_id], live=None if earlier.state.active else ()).get(earlier.job_id)
     if info is None:
         return None
     return _follow(earlier, info, sub)
+
+
+def lookup(backend: backends.Backend, job_ids: Sequence[str], live: Sequence[str] | None = None) -> dict[str, JobInfo]:
+    """``backend.query(job_ids)`` (one query), asking again (after LOOKUP_RETRY_S) for the jobs of
+    ``live`` (default: all) found nowhere: a job that has just ended is in neither the controller's
+    list (it keeps running and pending jobs) nor, for a few seconds, the database's."""
+    infos = dict(backend.query(list(job_ids)))
+    lost = [job for job in (job_ids if live is None else live) if job not in infos]
+    for delay in LOOKUP_RETRY_S if lost else ():
+        pause(delay)
+        infos.update(backend.query(lost))
+        lost = [job for job in lost if job not in infos]
+        if not lost:
+            break
+    return infos
 
 
 def _follow(record: ledger.Record, info: JobInfo | None, sub: Submission) -> Outcome | None:
