@@ -94,7 +94,7 @@ def submit(
     started = now()
     (done,) = queue([batch], runner, started, say, waves=True)
     active = list(dict.fromkeys(commands.array_of(j.job_id) for j in done if j.state.active and not j.deferred))
-    then = ["orchestrator", "submit", *targets, *(["--cluster", cluster] if cluster else []), *(["--force"] if force else [])]
+    again = ["orchestrator", "submit", *targets, *(["--cluster", cluster] if cluster else []), *(["--force"] if force else [])]
     record = RecordingJob(
         RECORD_ITEM,
         ["orchestrator", "record", *targets],
@@ -102,7 +102,7 @@ def submit(
         tuple(targets),
         manual=("dvc", "repro", *targets),
         does="it attaches to them and records the results",
-        next_wave=[*then, "--next-wave", repr(since if since is not None else started)] if any(j.deferred for j in done) else None,
+        next_wave=[*again, "--next-wave", repr(since if since is not None else started)] if any(j.deferred for j in done) else None,
         waiting=sum(j.deferred for j in done),
     )
     recorder = submit_recorder(batch.ws, backend, record, active, now, say)
@@ -132,14 +132,16 @@ class Batch:
         upstream = {n: [u for u in self.upstream[n] if u not in names] for n in keep}
         return Batch(self.ws, keep, pick(self.plans), pick(self.prints), pick(self.outs), upstream, self.force, self.label)
 
+    def upstream_first(self) -> list[str]:
+        """The items, each after every item it depends on (level by level, each level in ``order``)."""
+        return [name for level in _levels(self.order, self.upstream) for name in level]
+
     def downstream_of(self, names: set[str]) -> set[str]:
         """``names`` and every item that depends on one of them, directly or not."""
         found = set(names)
-        grew = True
-        while grew:
-            more = {n for n in self.order if n not in found and any(u in found for u in self.upstream[n])}
-            grew = bool(more)
-            found |= more
+        for name in self.upstream_first():
+            if any(u in found for u in self.upstream[name]):
+                found.add(name)
         return found
 
 
@@ -367,7 +369,7 @@ def _wave(batches: Sequence[Batch], runner: Runner, new: list[tuple[int, str]], 
             ],
         )
     # Upstream first within each batch, so a wave never holds an item whose upstream item waits for a later one.
-    ranks = [{name: r for r, name in enumerate(n for level in _levels(b.order, b.upstream) for n in level)} for b in batches]
+    ranks = [{name: r for r, name in enumerate(b.upstream_first())} for b in batches]
     ordered = sorted(new, key=lambda key: (key[0], ranks[key[0]][key[1]]))
     later = set(ordered[size:])
     say(

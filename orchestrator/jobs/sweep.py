@@ -161,7 +161,9 @@ def submit(
     cache = _cache_dir(root)
     todo = [p for p in sweep.points if not p.saved]
     batches = [detached.stale(_copy(root, runner, sweep, p, cache), cluster, runner, sweep.targets, label=p.name) for p in todo]
-    jobs, recorder = _queue(root, cluster, runner, sweep, todo, batches, now(), None, say)
+    ws = Workspace.open(root, cluster, runner, form="sbatch")
+    backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
+    jobs, recorder = _queue(ws, backend, cluster, runner, sweep, todo, batches, now(), None, say)
     return sweep, jobs, recorder
 
 
@@ -184,19 +186,26 @@ def next_wave(
     if all(detached.followed(b) for b in batches):
         say(f"every item of sweep {name} has had its job: no further wave")
         return None
-    return _queue(root, cluster, runner, sweep, todo, batches, now(), since, say)
+    return _queue(ws, backend, cluster, runner, sweep, todo, batches, now(), since, say)
 
 
 def _queue(
-    root: Path, cluster: str | None, runner: Runner, sweep: Sweep, todo: list[Point], batches: list, at: float, since: float | None, say
+    ws: Workspace,
+    backend: backends.SbatchBackend,
+    cluster: str | None,
+    runner: Runner,
+    sweep: Sweep,
+    todo: list[Point],
+    batches: list,
+    at: float,
+    since: float | None,
+    say,
 ) -> tuple[dict[str, list[detached.ItemJob]], detached.ItemJob | None]:
     """Queue the points' items (those of one shape share arrays across the points), in waves
     where MaxSubmitJobs is short of room, then the sweep's recording job."""
     rows = detached.queue(batches, runner, at, say, waves=True)
     jobs = {p.name: js for p, js in zip(todo, rows, strict=True)}
     active = list(dict.fromkeys(j.job_id.split("_")[0] for js in jobs.values() for j in js if j.state.active and not j.deferred))
-    ws = Workspace.open(root, cluster, runner, form="sbatch")
-    backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
     where = ["--cluster", cluster] if cluster else []
     waits = any(j.deferred for js in jobs.values() for j in js)
     following = ["orchestrator", "sweep", "--name", sweep.name, *where, "--next-wave", repr(at if since is None else since)]
