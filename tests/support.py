@@ -306,6 +306,13 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
+def benchmark_usage_error(script: str, *args: str) -> subprocess.CompletedProcess:
+    """``python benchmarks/SCRIPT ARGS`` in a fresh process, which must end as a usage error: exit 2, no traceback."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    return done
+
+
 # Where the CI image is cached by content hash, across sessions (the `ci_image` fixture).
 IMAGE_CACHE = Path(os.environ.get("ORCHESTRATOR_IMAGE_CACHE", "/var/cache/orchestrator-images"))
 
