@@ -322,3 +322,19 @@ def test_without_a_service_partition_there_are_no_waves_and_a_submission_over_th
         "nothing was submitted (waves need the profile's scheduler.service_partition, where the job that submits the next one runs)"
     )
     assert slurm.sbatch_calls() == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["submit", "--next-wave", "soon"], "Invalid value for '--next-wave': 'soon' is not a valid float."),
+        (["sweep", "--next-wave", "soon", "--name", "grid"], "Invalid value for '--next-wave': 'soon' is not a valid float."),
+        (["sweep", "--next-wave", "1000.0"], "error: --next-wave needs the sweep's --name"),
+    ],
+)
+def test_a_bad_next_wave_is_one_message_and_nothing_is_submitted(root, args, message):
+    from support import invoke
+
+    done = invoke(*args, "--project", str(root))
+    assert done.exit_code == 2 and message in done.output and "Traceback" not in done.output, done.output
+    assert not (root / ".orchestrator/ledger").exists()  # nothing submitted
