@@ -66,7 +66,13 @@ def _stoppable(command):
     metavar="KEY=VALUE",
     help="Override a value of the image in images.yaml (e.g. base=/path/to/base.sif).",
 )
-@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT, show_default=True, help="Give up on a build after this many seconds.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Give up on a build after this many seconds.",
+)
 @click.option("--push", is_flag=True, help="Then copy the image to the profile's container.image path on its push_host (rsync over ssh).")
 @cluster_option("With --push or --on-cluster: built-in profile name or profile file")
 @click.option("--ssh-option", "ssh_options", multiple=True, help="With --push: an option for ssh (repeatable), e.g. --ssh-option=-p2222.")

@@ -113,3 +113,15 @@ def test_a_cluster_params_do_not_name_is_one_message_for_on_cluster_and_remote(p
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert f"--remote needs to know the cluster: params.yaml's orchestrator.cluster is {said}" in result.output
     assert "ssh" not in out + result.output and not (where / ".orchestrator").exists()  # nothing sent, nothing written
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "0.0 is not in the range x>0"), ("-5", "-5.0 is not in the range x>0"), ("soon", "'soon' is not a valid float range")],
+)
+def test_a_bad_timeout_is_refused_before_anything_is_sent(project, value, message):
+    """--on-cluster hands --timeout to the build in the job: a bad one must not reach a job."""
+    where = project(BUILD)
+    out = refused("tiny", "--on-cluster", "--remote", "--timeout", value, "--project", str(where))
+    assert "Invalid value for '--timeout'" in out and message in out
+    assert "ssh" not in out and not (where / ".orchestrator").exists()
