@@ -35,6 +35,24 @@ def _indent(text: str) -> str:
     return text.replace("\n", "\n    ")
 
 
+class UnreadableFile(OrchestratorError):
+    """A file read from the disk is missing, not a regular file, too large or not text.
+
+    ``reason`` completes a sentence about the file ("is a FIFO, not a regular file"), so a
+    caller that knows what the file is for can name it its own way; ``kind`` says which
+    (missing, folder, link, special, unreadable, too-large, not-text)."""
+
+    def __init__(self, path: object, kind: str, reason: str) -> None:
+        self.path = str(path)
+        self.kind = kind
+        self.reason = reason
+        super().__init__(f"{self.path} {reason}")
+
+    @property
+    def missing(self) -> bool:
+        return self.kind == "missing"
+
+
 class ConfigError(OrchestratorError):
     """A YAML file (profile, params) is malformed or has unknown or invalid keys."""
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,9 +25,9 @@ from typing import Literal
 
 from orchestrator.config import binding
 from orchestrator.config.machine import Machine
-from orchestrator.errors import ConfigError, ProfileError
+from orchestrator.errors import ConfigError, ProfileError, UnreadableFile
 from orchestrator.slurm import times
-from orchestrator.util import patterns, yamlio
+from orchestrator.util import files, patterns, yamlio
 
 BUILTIN_DIR = Path(__file__).parent / "profiles"
 # Variables an outer container leaks into everything started from it (a job started
@@ -362,29 +361,15 @@ def _read_profile(path: Path, hints: list[str]) -> str:
     """The text of a profile file, or one ProfileError saying what ``path`` is instead."""
     where = f"profile file {str(path)!r}"
     try:
-        st = path.stat()
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        missing = isinstance(exc, FileNotFoundError)
-        raise ProfileError(f"{where} {'does not exist' if missing else f'cannot be read: {reason}'}", hints=hints) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ProfileError(f"{where} is a folder; --cluster takes a profile file (YAML) or a built-in name", hints=hints)
-    if not stat.S_ISREG(st.st_mode):
-        raise ProfileError(f"{where} is not a regular file (a device, pipe or socket); give a profile file (YAML)", hints=hints)
-    try:
-        with path.open("rb") as f:
-            raw = f.read(_MAX_PROFILE_BYTES + 1)
-    except OSError as exc:
-        raise ProfileError(f"{where} cannot be read: {exc.strerror or exc}", hints=hints) from None
-    if len(raw) > _MAX_PROFILE_BYTES:
-        raise ProfileError(f"{where} is larger than {_MAX_PROFILE_BYTES >> 20} MiB: not a profile (a profile is a small YAML file)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProfileError(f"{where} is not a text file (not UTF-8 at byte {exc.start}): give a profile file (YAML)") from None
-    if "\0" in text:
-        raise ProfileError(f"{where} is a binary file (it holds NUL bytes): give a profile file (YAML)")
-    return text
+        return files.read_text(path, _MAX_PROFILE_BYTES, follow_symlinks=True)  # a path the user typed may be a link
+    except UnreadableFile as exc:
+        if exc.kind in ("missing", "unreadable"):
+            raise ProfileError(f"{where} {exc.reason}", hints=hints) from None
+        if exc.kind == "folder":
+            raise ProfileError(f"{where} is a folder; --cluster takes a profile file (YAML) or a built-in name", hints=hints) from None
+        if exc.kind == "too-large":
+            raise ProfileError(f"{where} {exc.reason}: not a profile (a profile is a small YAML file)") from None
+        raise ProfileError(f"{where} {exc.reason}; give a profile file (YAML)", hints=hints if exc.kind != "not-text" else ()) from None
 
 
 def _load_file(path: Path, source: str, hints: Sequence[str] = ()) -> LoadedProfile:

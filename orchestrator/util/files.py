@@ -1,8 +1,10 @@
-"""Files other processes may read at any moment: written whole, hashed, locked.
+"""Files other processes may read at any moment: written whole, read safely, hashed, locked.
 
 One way to do each, so every writer gets the same guarantees: a reader sees the
 old file or the new one, never a part; a failed write leaves no temporary file
-behind; a lock is released when its holder dies.
+behind; a lock is released when its holder dies. Every reader of a file it did not
+write itself (a profile, a ledger entry, a manifest, a lock file) gets the same guard:
+a regular file only, never more than a cap (:func:`read_regular`).
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import fcntl
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from orchestrator.errors import UnreadableFile
 
 _CHUNK = 1 << 20
 
@@ -52,6 +57,94 @@ def write_if_changed(path: Path, data: str | bytes, *, mode: int = 0o644) -> boo
         pass
     atomic_write(path, new, mode=mode)
     return True
+
+
+_KINDS = (
+    (stat.S_ISDIR, "folder", "a folder"),
+    (stat.S_ISLNK, "link", "a symbolic link"),
+    (stat.S_ISFIFO, "special", "a FIFO"),
+    (stat.S_ISSOCK, "special", "a socket"),
+    (stat.S_ISCHR, "special", "a character device"),
+    (stat.S_ISBLK, "special", "a block device"),
+)
+
+
+def _what(mode: int) -> tuple[str, str]:
+    for test, kind, words in _KINDS:
+        if test(mode):
+            return kind, words
+    return "special", "a special file"
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes in words: 1 MiB, 64 KiB, 300 bytes."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+def read_regular(path: Path, limit: int, *, follow_symlinks: bool = False) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes.
+
+    Anything else raises :class:`UnreadableFile` without being read: a FIFO would block
+    the reader until some writer came, a device such as /dev/zero never ends, a folder is
+    not a file. The type is looked at (``lstat``) before opening, and again on what was
+    opened (``fstat``), so a file swapped for a FIFO in between cannot block either. A
+    symbolic link is refused unless ``follow_symlinks`` (a path the user typed may be one;
+    a file the orchestrator wrote itself never is).
+    """
+    path = Path(path)
+    try:
+        st = path.stat() if follow_symlinks else path.lstat()
+    except FileNotFoundError:
+        raise UnreadableFile(path, "missing", "does not exist") from None
+    except (OSError, ValueError) as exc:  # unreachable, a name too long, a NUL in it
+        raise UnreadableFile(path, "unreadable", f"cannot be read: {_reason(exc)}") from None
+    _check_kind(path, st)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise UnreadableFile(path, "unreadable", f"cannot be read: {_reason(exc)}") from None
+    try:
+        _check_kind(path, os.fstat(fd))
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, min(_CHUNK, limit + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise UnreadableFile(path, "unreadable", f"cannot be read: {_reason(exc)}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise UnreadableFile(path, "too-large", f"is larger than {size_text(limit)}")
+    return b"".join(chunks)
+
+
+def read_text(path: Path, limit: int, *, follow_symlinks: bool = False) -> str:
+    """:func:`read_regular`, decoded as UTF-8 text; binary content (bytes that are not
+    UTF-8, or NUL) raises :class:`UnreadableFile` with the kind "not-text"."""
+    raw = read_regular(path, limit, follow_symlinks=follow_symlinks)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(path, "not-text", f"is not a text file (not UTF-8 at byte {exc.start})") from None
+    if "\0" in text:
+        raise UnreadableFile(path, "not-text", "is a binary file (it holds NUL bytes)")
+    return text
+
+
+def _check_kind(path: Path, st: os.stat_result) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise UnreadableFile(path, "folder", "is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind, words = _what(st.st_mode)
+        raise UnreadableFile(path, kind, f"is not a regular file ({words})")
+
+
+def _reason(exc: Exception) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
 def sha256_file(path: Path) -> str:

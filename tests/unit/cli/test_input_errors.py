@@ -275,14 +275,14 @@ def test_cluster_given_an_unreadable_file(tmp_path, monkeypatch):
     """Unreadable as the system would say it (root reads any file, so the refusal is simulated)."""
     file = tmp_path / "p.yaml"
     file.write_text("name: x\n")
-    real_open = pathlib.Path.open
+    real_open = os.open
 
-    def refuse(self, *args, **kwargs):
-        if self == file:
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
-        return real_open(self, *args, **kwargs)
+    def refuse(path, *args, **kwargs):
+        if pathlib.Path(path) == file:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(pathlib.Path, "open", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     user_error(invoke("clusters", "show", str(file)), "cannot be read: Permission denied")
 
 
