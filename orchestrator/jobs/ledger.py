@@ -26,11 +26,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.errors import UnreadableFile
 from orchestrator.scripts.plan import safe_form, safe_name
 from orchestrator.slurm.states import State
 from orchestrator.util import files
 
 LEDGER_DIR = ".orchestrator/ledger"
+# An item's file holds a few kilobytes per submission; more than this is not one of ours,
+# and reading it whole could exhaust memory.
+MAX_ENTRY_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -284,11 +288,11 @@ def _read_for(path: Path, item: str | None) -> ItemLedger:
 def _read_all(path: Path) -> tuple[list[Record], Intent | None, Recovery | None]:
     """The file's records, intent and recovery note; LedgerDamaged if it cannot be read."""
     try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        return [], None, None
-    except IsADirectoryError:
-        raise LedgerDamaged("it is a folder, not a file") from None
+        text = files.read_regular(path, MAX_ENTRY_BYTES)
+    except UnreadableFile as exc:
+        if exc.missing:
+            return [], None, None
+        raise LedgerDamaged(f"it {exc.reason}") from None
     if not text.strip():
         raise LedgerDamaged("it is empty")
     try:

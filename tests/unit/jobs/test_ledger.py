@@ -2,6 +2,9 @@
 
 import json
 import multiprocessing
+import os
+import stat
+import threading
 import time
 from pathlib import Path
 
@@ -76,6 +79,13 @@ DAMAGE = {
     "a record of the wrong shape": lambda path: path.write_text('{"records": [{"item": 5}]}'),
     "an intent of the wrong shape": lambda path: path.write_text('{"records": [], "submitting": {"x": 1}}'),
     "a folder": lambda path: path.mkdir(),
+    # Never opened: /dev/zero would fill memory, and a link the ledger never writes.
+    "a link to /dev/zero": lambda path: path.symlink_to("/dev/zero"),
+    "a link to a good file": lambda path: (
+        path.with_name("elsewhere").write_text(json.dumps({"records": [record("x", "9").to_json()]})),
+        path.symlink_to(path.with_name("elsewhere")),
+    ),
+    "larger than the cap": lambda path: (path.write_text(""), os.truncate(path, ledger.MAX_ENTRY_BYTES + 1)),
 }
 
 
@@ -97,6 +107,27 @@ def test_a_damaged_file_is_named_moved_aside_and_replaced_by_a_recovery_note(tmp
     again = book.history("x")
     assert again.recovery.item == "x" and again.recovery.checked and again.recovery.damaged == aside.name
     assert len(lines) == 1
+
+
+def test_a_fifo_entry_is_damaged_and_never_blocks_status(tmp_path):
+    """status reads every item's file: a FIFO among them would wait for a writer forever."""
+    lines = []
+    book = ledger.Ledger(tmp_path, say=lines.append)
+    with book.locked("good") as rec:
+        rec.append(record("good", "1"))
+    fifo = tmp_path / ledger.LEDGER_DIR / "x.json"
+    os.mkfifo(fifo)
+    found = {}
+    reader = threading.Thread(target=lambda: found.update(book.items()), daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # let the blocked reader go before failing
+        with open(fifo, "w"):
+            pass
+        pytest.fail("reading the ledger blocked on a FIFO")
+    assert found["good"].records and found["x"].recovery.problem == "it is not a regular file (a FIFO)"
+    (aside,) = fifo.parent.glob("x.json.damaged-*")
+    assert stat.S_ISFIFO(aside.lstat().st_mode) and len(lines) == 1 and "x.json" in lines[0]
 
 
 def test_status_readers_recover_a_damaged_file_too(tmp_path):
