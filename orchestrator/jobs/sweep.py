@@ -22,20 +22,30 @@ each wave's recording job saves the points that finished, then submits the next
 
 The sweep's manifest (``.dvc/tmp/orchestrator-sweeps/NAME.json``) lists its points,
 their experiment names and copies, and which were saved.
+
+What the command line and the disk give is checked before it is acted on: a sweep NAME
+(given to ``--record``, ``--next-wave``, ``status --sweep``) as when a sweep is made, the
+``-S`` params FILE as a file of the project (never through ``..`` or a link out of it),
+every point's values applied to a scratch copy of the params files before any copy of
+the project is made, and a manifest read as a small regular file of the shape written
+here. A sweep is submitted whole or not at all: a point whose items cannot be planned
+stops the sweep, and the copies this run made are removed again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from orchestrator.errors import ConfigError, OrchestratorError
+from orchestrator.errors import ConfigError, OrchestratorError, PlanError, UnreadableFile
 from orchestrator.jobs import backends, detached, record
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.util import files
@@ -43,7 +53,30 @@ from orchestrator.util.runner import Runner
 
 SWEEPS_DIR = ".dvc/tmp/orchestrator-sweeps"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}")
+_INDEX = re.compile(r"[0-9]{1,5}")
 MAX_POINTS = 10_000  # a typo in a range() should not make a million git worktrees
+# A manifest of MAX_POINTS points with their overrides is a few MiB; more is not one.
+_MAX_MANIFEST_BYTES = 32 << 20
+_MAX_PARAMS_BYTES = 4 << 20  # a params file is small; /dev/zero or a data file is not one
+# A copy's own state: a params file there would rewrite its git link, DVC config or ledger.
+_STATE_FOLDERS = (".git", ".dvc", ".orchestrator")
+_SYNTAX_HINT = "DVC's syntax: -S 'lr=0.1,0.2', -S 'seed=range(0,3)', -S 'train.yaml:opt=choice(adam,sgd)'"
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can name a sweep: its manifest's file, its copies' folder and its
+    experiments. Every name is checked here, the ones read back as much as the new ones."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"sweep name {_shown(name)}: use letters, digits, '.', '_' and '-' (it names DVC experiments and files), "
+            "starting with a letter or digit, at most 81 characters"
+        )
+    return name
+
+
+def _shown(value: object, limit: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -64,25 +97,101 @@ class Sweep:
 
     @staticmethod
     def path(root: Path, name: str) -> Path:
-        return root / SWEEPS_DIR / f"{name}.json"
+        return root / SWEEPS_DIR / f"{check_name(name)}.json"
 
     def save(self, root: Path) -> None:
         files.atomic_write(Sweep.path(root, self.name), json.dumps(asdict(self), indent=1), durable=True)
 
     @classmethod
     def load(cls, root: Path, name: str) -> Sweep:
+        """Sweep ``name``'s manifest, or one error: no such sweep, or a damaged manifest."""
         path = Sweep.path(root, name)
         try:
-            data = json.loads(path.read_text())
-            points = tuple(Point(**p) for p in data.pop("points"))
-            return cls(**{**data, "sets": tuple(data["sets"]), "targets": tuple(data["targets"]), "points": points})
-        except FileNotFoundError:
-            known = sorted(p.stem for p in path.parent.glob("*.json")) if path.parent.is_dir() else []
-            raise OrchestratorError(
-                f"no sweep named {name!r} in this project", hints=[f"sweeps here: {', '.join(known) or '(none)'}"]
-            ) from None
-        except (ValueError, TypeError, KeyError) as exc:
-            raise OrchestratorError(f"the manifest of sweep {name!r} ({path}) cannot be read: {exc}") from None
+            text = files.read_text(path, _MAX_MANIFEST_BYTES)
+        except UnreadableFile as exc:
+            if exc.missing:
+                raise _unknown(path.parent, name) from None
+            raise _damaged(name, path, [exc.reason]) from None
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise _damaged(name, path, [f"it is not JSON: {exc}"]) from None
+        problems = _manifest_problems(data, name)
+        if problems:
+            raise _damaged(name, path, problems)
+        points = tuple(Point(**p) for p in data["points"])
+        return cls(data["name"], data["baseline"], tuple(data["sets"]), tuple(data["targets"]), points)
+
+
+def _unknown(folder: Path, name: str) -> OrchestratorError:
+    known = sorted(p.stem for p in folder.glob("*.json") if _NAME.fullmatch(p.stem)) if folder.is_dir() else []
+    return OrchestratorError(f"no sweep named {name!r} in this project", hints=[f"sweeps here: {', '.join(known) or '(none)'}"])
+
+
+def _damaged(name: str, path: Path, problems: Sequence[str]) -> OrchestratorError:
+    return OrchestratorError(
+        f"the manifest of sweep {name!r} ({path}) is damaged",
+        problems,
+        hints=["it is not what `orchestrator sweep` wrote: restore it, or move it aside and run the sweep's command again"],
+    )
+
+
+# The manifest's fields and their types, as Sweep.save writes them.
+_SWEEP_FIELDS = {"name": str, "baseline": str, "sets": "strings", "targets": "strings", "points": list}
+_POINT_FIELDS = {"name": str, "overrides": "overrides", "folder": str, "saved": bool}
+
+
+def _manifest_problems(data: object, name: str) -> list[str]:
+    """What makes ``data`` other than a manifest of sweep ``name``: its shape, and the
+    names and folders its points would be recorded and removed by."""
+    problems = _shape_problems(data, _SWEEP_FIELDS, "the manifest")
+    if problems:
+        return problems
+    if data["name"] != name:
+        problems.append(f"it names sweep {_shown(data['name'])}, not {name!r}")
+    if len(data["points"]) > MAX_POINTS:
+        problems.append(f"it lists {len(data['points']):,} points; a sweep has at most {MAX_POINTS:,}")
+        return problems
+    for i, point in enumerate(data["points"]):
+        found = _shape_problems(point, _POINT_FIELDS, f"point {i}") or _point_problems(point, name, i)
+        problems += found
+        if len(problems) >= 10:  # enough to see what happened to the file
+            break
+    return problems
+
+
+def _shape_problems(data: object, fields: dict[str, object], what: str) -> list[str]:
+    if not isinstance(data, dict):
+        return [f"{what} is {type(data).__name__}, not an object of {', '.join(fields)}"]
+    problems = [f"{what} has no field {key!r}" for key in fields if key not in data]
+    problems += [f"{what} has an unknown field {_shown(key)}" for key in data if key not in fields]
+    for key, kind in fields.items():
+        if key in data and not _is(data[key], kind):
+            problems.append(f"{what}'s {key!r} is {_shown(data[key], 60)}, not {_KIND_WORDS.get(kind, getattr(kind, '__name__', kind))}")
+    return problems
+
+
+_KIND_WORDS = {"strings": "a list of strings", "overrides": "an object of params files and lists of overrides", bool: "true or false"}
+
+
+def _is(value: object, kind: object) -> bool:
+    if kind == "strings":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "overrides":
+        return isinstance(value, dict) and all(isinstance(k, str) and _is(v, "strings") for k, v in value.items())
+    return isinstance(value, kind)  # type: ignore[arg-type]
+
+
+def _point_problems(point: dict, name: str, i: int) -> list[str]:
+    """A point is named and placed as :func:`define` names and places it: its copy is
+    submitted from, recorded and at last removed, so it must be that sweep's folder."""
+    index = point["folder"].rpartition("/")[2]
+    if not _INDEX.fullmatch(index) or point["folder"] != f"{SWEEPS_DIR}/{name}/{index}":
+        return [f"point {i}'s folder {_shown(point['folder'])} is not a folder of this sweep ({SWEEPS_DIR}/{name}/N)"]
+    if point["name"] != f"{name}-{index}":
+        return [f"point {i}'s name {_shown(point['name'])} is not {name}-{index}"]
+    bad = [f for f in point["overrides"] if _outside(f)]
+    return [f"point {i}'s params file {_shown(bad[0])} is not a path inside the project"] if bad else []
 
 
 def expand(sets: Sequence[str]) -> list[dict[str, list[str]]]:
@@ -98,7 +207,7 @@ def expand(sets: Sequence[str]) -> list[dict[str, list[str]]]:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
             f"malformed sweep {' '.join(repr(s) for s in sets)}: {why}",
-            hints=["DVC's syntax: -S 'lr=0.1,0.2', -S 'seed=range(0,3)', -S 'train.yaml:opt=choice(adam,sgd)'"],
+            hints=[_SYNTAX_HINT],
         ) from None
     if len(points) > MAX_POINTS:
         raise ConfigError(f"the sweep has {len(points):,} points; at most {MAX_POINTS:,} are submitted at once", hints=["split it"])
@@ -121,16 +230,103 @@ def define(root: Path, runner: Runner, sets: Sequence[str], targets: Sequence[st
             hints=["commit them (or `git stash`), then sweep"],
         )
     points = expand(sets)
+    for given in dict.fromkeys(f for point in points for f in point):
+        params_file(root, given)
     if name is None:
         name = "sweep-" + hashlib.sha256("\0".join([baseline, *sets, "", *targets]).encode()).hexdigest()[:8]
-    elif not _NAME.fullmatch(name):
-        raise ConfigError(f"sweep name {name!r}: use letters, digits, '.', '_' and '-' (it names DVC experiments)")
+    check_name(name)
     width = len(str(len(points) - 1))
     made = tuple(
         Point(f"{name}-{i:0{width}d}", {f: list(o) for f, o in p.items()}, f"{SWEEPS_DIR}/{name}/{i:0{width}d}")
         for i, p in enumerate(points)
     )
     return Sweep(name, baseline, tuple(sets), tuple(targets), made)
+
+
+def params_file(root: Path, given: str) -> Path:
+    """Where the params file ``given`` with ``-S FILE:...`` is, relative to the project and
+    with no symbolic link on the way: a file of the project's, outside its state folders.
+    What it names is only ever written in the points' copies, never here."""
+    what = f"-S {_shown(given)}:..."
+    if _outside(given):
+        raise ConfigError(
+            f"{what}: a params file is a path inside the project, relative to it (not absolute, no '..' out of it)",
+            hints=["e.g. -S 'params.yaml:lr=0.1,0.2' or -S 'conf/train.yaml:opt=adam,sgd'"],
+        )
+    real_root = root.resolve()
+    real = Path(os.path.realpath(real_root / given))
+    if real == real_root:
+        raise ConfigError(f"{what}: that is the project's folder, not a params file")
+    if not real.is_relative_to(real_root):
+        raise ConfigError(f"{what}: the params file leads out of the project through a symbolic link")
+    rel = real.relative_to(real_root)
+    if rel.parts[0] in _STATE_FOLDERS:
+        raise ConfigError(f"{what}: {rel} is in {rel.parts[0]}/, the project's own state, not a params file")
+    return rel
+
+
+def _outside(given: str) -> bool:
+    """``given`` names no file inside a folder, whatever links the folder holds: empty,
+    absolute, climbing out with '..', or with a NUL no system takes."""
+    if not given or "\0" in given or os.path.isabs(given):
+        return True
+    norm = os.path.normpath(given)
+    return norm == ".." or norm.startswith("../")
+
+
+def point_params(root: Path, points: Sequence[Point]) -> dict[str, dict[Path, bytes]]:
+    """Each point's params files with its values applied (by DVC, as `dvc exp run -S` does),
+    by the file's place in the project: worked out in a scratch folder, so a value that
+    cannot be applied (a param that does not exist, a value of the wrong kind) stops the
+    sweep before anything is made."""
+    where = {f: params_file(root, f) for f in dict.fromkeys(f for p in points for f in p.overrides)}
+    base = {rel: _read_params(root, given, rel) for given, rel in where.items()}
+    made: dict[str, dict[Path, bytes]] = {}
+    failed: dict[str, list[str]] = {}  # what is wrong -> the points it is wrong for
+    with tempfile.TemporaryDirectory(prefix="orchestrator-sweep-") as scratch:
+        for point in points:
+            try:
+                made[point.name] = _applied(Path(scratch), point, where, base)
+            except ConfigError as exc:
+                failed.setdefault(exc.headline, []).append(point.name)
+    if failed:
+        raise ConfigError(
+            f"the sweep's values cannot be applied to {sum(map(len, failed.values()))} of its {len(points)} points; nothing was made",
+            [f"{names[0]}{f' (and {len(names) - 1} more)' if len(names) > 1 else ''}: {why}" for why, names in failed.items()],
+            hints=["a param the file does not have is added with a leading '+': -S '+train.dropout=0.1,0.2'", _SYNTAX_HINT],
+        )
+    return made
+
+
+def _read_params(root: Path, given: str, rel: Path) -> bytes:
+    try:
+        return files.read_regular(root.resolve() / rel, _MAX_PARAMS_BYTES)
+    except UnreadableFile as exc:
+        raise ConfigError(f"-S {_shown(given)}:...: the params file {rel} {exc.reason}") from None
+
+
+def _applied(scratch: Path, point: Point, where: dict[str, Path], base: dict[Path, bytes]) -> dict[Path, bytes]:
+    from dvc.utils.hydra import apply_overrides
+
+    texts: dict[Path, bytes] = {}
+    for given, overrides in point.overrides.items():
+        rel = where[given]
+        work = scratch / f"params{rel.suffix}"  # DVC reads and writes a file by its suffix
+        work.write_bytes(texts.get(rel, base[rel]))
+        try:
+            apply_overrides(str(work), overrides)
+        except Exception as exc:  # DVC raises its own, Hydra's and the file format's errors, of several kinds
+            raise ConfigError(f"{given}: {_reason(exc)}") from None
+        texts[rel] = work.read_bytes()
+    return texts
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of what went wrong, from DVC's error or the one it wraps."""
+    for err in (exc.__cause__, exc):
+        if err is not None and str(err).strip():
+            return str(err).strip().splitlines()[0]
+    return type(exc).__name__
 
 
 def submit(
@@ -152,19 +348,68 @@ def submit(
     now = now or time.time
     root = root.resolve()  # the copies are opened from inside themselves: a relative root would not name them
     sweep = define(root, runner, sets, targets, name)
-    if Sweep.path(root, sweep.name).exists():
-        earlier = Sweep.load(root, sweep.name)
-        if earlier.baseline != sweep.baseline or earlier.sets != sweep.sets:
+    earlier = Sweep.path(root, sweep.name).exists()
+    if earlier:
+        found = Sweep.load(root, sweep.name)
+        if found.baseline != sweep.baseline or found.sets != sweep.sets:
             raise OrchestratorError(f"sweep {sweep.name!r} exists with other params or from another commit", hints=["pick another --name"])
-        sweep = earlier
-    sweep.save(root)
-    cache = _cache_dir(root)
+        sweep = found
     todo = [p for p in sweep.points if not p.saved]
-    batches = [detached.stale(_copy(root, runner, sweep, p, cache), cluster, runner, sweep.targets, label=p.name) for p in todo]
+    params = point_params(root, todo)
+    sweep.save(root)
+    made: list[Path] = []
+    try:
+        batches = _plan(root, cluster, runner, sweep, todo, params, made)
+    except Exception:
+        _abandon(root, runner, sweep, made, manifest=not earlier)
+        raise
     ws = Workspace.open(root, cluster, runner, form="sbatch")
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
     jobs, recorder = _queue(ws, backend, cluster, runner, sweep, todo, batches, now(), None, say)
     return sweep, jobs, recorder
+
+
+def _plan(
+    root: Path, cluster: str | None, runner: Runner, sweep: Sweep, todo: list[Point], params: dict, made: list[Path]
+) -> list[detached.Batch]:
+    """Every point's copy (``made`` gets those made now) and its stale items, planned; one
+    PlanError naming each point that cannot be submitted, and why."""
+    cache = _cache_dir(root)
+    batches, problems = [], []
+    for point in todo:
+        try:
+            copy = _copy(root, runner, sweep, point, cache, params[point.name], made)
+            batch = detached.stale(copy, cluster, runner, sweep.targets, label=point.name)
+            problems += [f"{point.name}: {who}: {why}" for who, why in _unplannable(batch, sweep.targets)]
+        except OrchestratorError as exc:
+            problems.append(f"{point.name}: {'; '.join([exc.headline, *exc.problems])}")
+            continue
+        batches.append(batch)
+    if problems:
+        raise PlanError(f"sweep {sweep.name}: its points cannot all be submitted; nothing was submitted", problems)
+    return batches
+
+
+def _unplannable(batch: detached.Batch, targets: Sequence[str]) -> list[tuple[str, str]]:
+    """The items of ``targets`` (all when none) that call ``orchestrator run`` in a way the
+    point's values made unplannable: they are no job of the batch, and would go unsubmitted."""
+    found = batch.ws.item_problems
+    if not targets or not found:
+        return found
+    chosen = {i.name for i in batch.ws.items(targets)}
+    chosen |= {f"stage {i.group}" for i in batch.ws.items(targets)}
+    return [(who, why) for who, why in found if who in chosen]
+
+
+def _abandon(root: Path, runner: Runner, sweep: Sweep, made: list[Path], manifest: bool) -> None:
+    """Undo what a refused sweep made: the copies made for it now, its manifest if new."""
+    for copy in made:
+        _git(runner, root, "worktree", "remove", "--force", str(copy))
+    if manifest:
+        Sweep.path(root, sweep.name).unlink(missing_ok=True)
+    for folder in (root / SWEEPS_DIR / sweep.name, root / SWEEPS_DIR):
+        with contextlib.suppress(OSError):  # left where something else is in it
+            folder.rmdir()
 
 
 def next_wave(
@@ -265,20 +510,24 @@ def record_points(root: Path, cluster: str | None, runner: Runner, name: str, sa
     return found
 
 
-def _copy(root: Path, runner: Runner, sweep: Sweep, point: Point, cache: Path) -> Path:
-    """The point's copy of the project at the sweep's baseline, its params applied (made once)."""
-    from dvc.utils.hydra import apply_overrides
-
+def _copy(root: Path, runner: Runner, sweep: Sweep, point: Point, cache: Path, params: dict[Path, bytes], made: list[Path]) -> Path:
+    """The point's copy of the project at the sweep's baseline (made once, added to ``made``),
+    its params applied: written again each time, so a copy that a run stopped half-way is
+    never submitted without its values."""
     copy = root / point.folder
     if not (copy / ".git").exists():
         copy.parent.mkdir(parents=True, exist_ok=True)
         done = runner.run(["git", "-C", str(root), "worktree", "add", "--force", "--detach", str(copy), sweep.baseline], timeout=120)
         if done.returncode != 0:
-            raise OrchestratorError(f"{point.name}: git cannot make its copy of the project: {done.stderr.strip()}")
-        # One DVC cache for the project and its copies: a saved experiment's outputs are where `dvc exp apply` looks.
-        files.atomic_write(copy / ".dvc/config.local", f"[cache]\n    dir = {cache}\n")
-        for params_file, overrides in point.overrides.items():
-            apply_overrides(str(copy / params_file), overrides)
+            raise OrchestratorError(f"git cannot make its copy of the project: {done.stderr.strip()}")
+        made.append(copy)
+    # One DVC cache for the project and its copies: a saved experiment's outputs are where `dvc exp apply` looks.
+    files.write_if_changed(copy / ".dvc/config.local", f"[cache]\n    dir = {cache}\n")
+    real = copy.resolve()
+    for rel, data in params.items():
+        if not (copy / rel).parent.resolve().is_relative_to(real):  # a link in the commit, to outside the copy
+            raise OrchestratorError(f"{rel} leads out of the point's copy through a symbolic link")
+        files.write_if_changed(copy / rel, data)
     return copy
 
 

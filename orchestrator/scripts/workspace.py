@@ -104,12 +104,22 @@ class Workspace:
     def script_path(self, plan: Plan) -> Path:
         return self.root / SCRIPTS_DIR / safe_name(self.cluster) / render.filename(plan)
 
-    @cached_property
+    @property
     def jobs(self) -> dict[str, stages.Job]:
         """Every orchestrated item of the pipeline, by name (resolved once, on demand)."""
-        found, _ = stages.jobs(self.items())
+        return self._orchestrated[0]
+
+    @property
+    def item_problems(self) -> list[tuple[str, str]]:
+        """(item or stage, problem) for each item that calls ``orchestrator run`` in a way that
+        cannot be planned: it is in no :attr:`jobs`, so whoever submits must say why."""
+        return self._orchestrated[1]
+
+    @cached_property
+    def _orchestrated(self) -> tuple[dict[str, stages.Job], list[tuple[str, str]]]:
+        found, problems = stages.jobs(self.items())
         self.know(found)
-        return {j.item.name: j for j in found}
+        return {j.item.name: j for j in found}, problems
 
     def script_of(self, name: str) -> str:
         return render.render(self.plan(self.jobs[name]))
