@@ -15,10 +15,13 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import cluster_option, display_path, project_option
+from orchestrator.cli.options import FiniteFloat, cluster_option, display_path, project_option
 from orchestrator.config.profile import BUILDERS
 from orchestrator.containers.build import DEFAULT_TIMEOUT, IMAGES_DIR, build
 from orchestrator.containers.images import CONTAINERS_DIR, ContainerError
+
+# --timeout's ceiling: far past any build, and a number every clock and Slurm job takes.
+MAX_TIMEOUT = 7 * 24 * 3600
 
 
 @click.group()
@@ -68,10 +71,10 @@ def _stoppable(command):
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True, max=MAX_TIMEOUT),
     default=DEFAULT_TIMEOUT,
     show_default=True,
-    help="Give up on a build after this many seconds.",
+    help="Give up on a build after this many seconds (at most a week).",
 )
 @click.option("--push", is_flag=True, help="Then copy the image to the profile's container.image path on its push_host (rsync over ssh).")
 @cluster_option("With --push or --on-cluster: built-in profile name or profile file")

@@ -167,7 +167,7 @@ def _shown(path: Path) -> str:
 
 def _over_ssh(project: Path, cluster: str | None, request: Request, with_changes: bool) -> None:
     """The same command on the login node (sent first, as `submit --remote` does), then its digest read back."""
-    from orchestrator.cli.remote import open_session, say_line, send, stream_out
+    from orchestrator.cli.remote import forwarded, open_session, say_line, send, stream_out
     from orchestrator.config import params, profile
     from orchestrator.containers import images
     from orchestrator.containers.build import write_digest
@@ -188,10 +188,11 @@ def _over_ssh(project: Path, cluster: str | None, request: Request, with_changes
 
     session, runner = open_session(project, cluster)
     send(session, runner, sync=True, with_changes=with_changes, busy=", its checkout builds")
-    argv = ["container", "build", image, "--on-cluster", "--here", "--digest-file", remote_digest(image)]
-    argv += [*(["--cluster", cluster] if cluster else []), *(["--force"] if request.force else [])]
-    argv += [*_sets(request.overrides), *(["--replace-other-image"] if request.replace_other_image else [])]
-    argv += ["--timeout", repr(request.timeout)] if request.timeout is not None else []
+    options = ["--on-cluster", "--here", f"--digest-file={remote_digest(image)}"]
+    options += [*([f"--cluster={cluster}"] if cluster else []), *(["--force"] if request.force else [])]
+    options += [*_sets(request.overrides), *(["--replace-other-image"] if request.replace_other_image else [])]
+    options += [f"--timeout={request.timeout!r}"] if request.timeout is not None else []
+    argv = ["container", *forwarded("build", options, [image])]
     say_line(f"running `orchestrator {' '.join(argv)}` on {session.dest.host} in {session.project}")
     try:
         code = session.run(argv, stream_out, say_line)
@@ -211,4 +212,4 @@ def _over_ssh(project: Path, cluster: str | None, request: Request, with_changes
 
 
 def _sets(overrides: Sequence[str]) -> list[str]:
-    return [word for item in overrides for word in ("--set", item)]
+    return [f"--set={item}" for item in overrides]

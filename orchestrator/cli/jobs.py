@@ -7,10 +7,13 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import cluster_option, project_option, table
-from orchestrator.cli.remote import hinting, remote_option, run_remote
+from orchestrator.cli.options import FiniteFloat, cluster_option, project_option, table
+from orchestrator.cli.remote import forwarded, hinting, remote_option, run_remote
 from orchestrator.errors import OrchestratorError
 from orchestrator.pipeline.runargs import run_options, spec_from_options
+
+# --next-wave: the first wave's submission time (seconds since 1970), which items' jobs are compared with.
+SINCE = FiniteFloat(min=0)
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -48,7 +51,7 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
 @click.option("--with-changes", is_flag=True, help="With --remote: also send the uncommitted changes (tracked, and untracked not ignored).")
 # The recording job's, when the site's MaxSubmitJobs cut the submission into waves: the
 # first wave's submission time (items with a job since then are not submitted again).
-@click.option("--next-wave", "since", type=float, default=None, hidden=True)
+@click.option("--next-wave", "since", type=SINCE, default=None, hidden=True)
 def submit(
     targets: tuple[str, ...], cluster: str | None, project: Path, force: bool, remote: bool, with_changes: bool, since: float | None
 ) -> None:
@@ -70,7 +73,7 @@ def submit(
     if with_changes and not remote:
         raise OrchestratorError("--with-changes goes with --remote (it says what to send to the login node)")
     if remote:
-        argv = ["submit", *targets, *(["--cluster", cluster] if cluster else []), *(["--force"] if force else [])]
+        argv = forwarded("submit", [*([f"--cluster={cluster}"] if cluster else []), *(["--force"] if force else [])], targets)
         return run_remote(project, cluster, argv, sync=True, with_changes=with_changes)
     say = lambda line: click.echo(f"orchestrator: {line}", err=True)  # noqa: E731
     with hinting(project, cluster):
@@ -93,7 +96,7 @@ def submit(
 @cluster_option()
 @project_option
 # The sweep's recording job's, when the site's MaxSubmitJobs cut it into waves (with --name).
-@click.option("--next-wave", "since", type=float, default=None, hidden=True)
+@click.option("--next-wave", "since", type=SINCE, default=None, hidden=True)
 def sweep(
     targets: tuple[str, ...],
     sets: tuple[str, ...],
@@ -207,8 +210,8 @@ def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: st
     import time
 
     if remote:
-        flags = [*(["--watch"] if watch else []), *(["--all"] if all_rows else []), *(["--sweep", sweep_name] if sweep_name else [])]
-        return run_remote(project, None, ["status", *targets, *flags])
+        flags = [*(["--watch"] if watch else []), *(["--all"] if all_rows else []), *([f"--sweep={sweep_name}"] if sweep_name else [])]
+        return run_remote(project, None, forwarded("status", flags, targets))
 
     from orchestrator.jobs import status as st
     from orchestrator.slurm.states import State
@@ -283,7 +286,7 @@ def logs(item: str, follow: bool, project: Path, remote: bool) -> None:
     import time
 
     if remote:
-        return run_remote(project, None, ["logs", item, *(["--follow"] if follow else [])])
+        return run_remote(project, None, forwarded("logs", ["--follow"] if follow else [], [item]))
 
     from orchestrator.jobs import status as st
     from orchestrator.util.runner import SubprocessRunner
@@ -321,7 +324,7 @@ def show(item: str, project: Path, remote: bool) -> None:
     from orchestrator.util import yamlio
 
     if remote:
-        return run_remote(project, None, ["show", item])
+        return run_remote(project, None, forwarded("show", [], [item]))
     with hinting(project, None):
         record = st.one(project, item)
     click.echo(yamlio.dump(provenance.of(record, ledger.Ledger(project).records(record.item))), nl=False)
@@ -337,7 +340,7 @@ def cancel(targets: tuple[str, ...], project: Path, remote: bool) -> None:
     from orchestrator.util.runner import SubprocessRunner
 
     if remote:
-        return run_remote(project, None, ["cancel", *targets])
+        return run_remote(project, None, forwarded("cancel", [], targets))
     with hinting(project, None):
         ids = st.cancel(project, SubprocessRunner(), targets)
     click.echo(f"cancelled {len(ids)} job(s){': ' + ' '.join(ids) if ids else ''}")

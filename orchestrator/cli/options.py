@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 import sys
@@ -27,6 +28,17 @@ def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     if value is not None and not value.strip():
         raise OrchestratorError(f"--cluster {value!r} is empty: give a built-in profile name (orchestrator clusters) or a profile file")
     return value
+
+
+class FiniteFloat(click.FloatRange):
+    """A number in range that is a number: click's FloatRange lets ``nan`` through (no comparison
+    with it holds) and ``inf`` wherever there is no maximum, and either would reach a job or a clock."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number ({self._describe_range()})", param, ctx)
+        return number
 
 
 # What to do about the errors a user's paths and disks give most often.

@@ -4,6 +4,8 @@ the `--remote` of the job commands (see orchestrator.remote)."""
 from __future__ import annotations
 
 import contextlib
+import re
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -13,6 +15,8 @@ import click
 from orchestrator.cli.options import cluster_option, project_option
 from orchestrator.errors import OrchestratorError
 
+# The ids session.run gives the runs there (the start time, the command, a number).
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 REMOTE_HELP = "Run it on the cluster's login node over ssh (the profile's login.host, or params.yaml's orchestrator.login_host)."
 
 
@@ -40,12 +44,19 @@ def stream_out(data: bytes) -> None:
     sys.stdout.flush()
 
 
+def forwarded(command: str, options: Sequence[str], targets: Sequence[str]) -> list[str]:
+    """``orchestrator COMMAND`` as the login node gets it: the targets after ``--``, so that no
+    target (a stage named ``--project=X``) becomes an option there. Options carry their value in
+    the same word (``--cluster=NAME``), so that a value never becomes an option either."""
+    return [command, *options, *(["--", *targets] if targets else [])]
+
+
 def run_remote(project: Path, cluster: str | None, argv: Sequence[str], sync: bool = False, with_changes: bool = False) -> None:
     """``orchestrator ARGV`` on the login node in the project's folder there (sent first when
     ``sync``), its output streamed here; exits with its exit status."""
     session, runner = open_session(project, cluster)
     send(session, runner, sync, with_changes)
-    say_line(f"running `orchestrator {' '.join(argv)}` on {session.dest.host} in {session.project}")
+    say_line(f"running `orchestrator {shlex.join(argv)}` on {session.dest.host} in {session.project}")
     code = session.run(list(argv), stream_out, say_line)
     if code:
         sys.exit(code)
@@ -130,6 +141,11 @@ def sync_command(cluster: str | None, project: Path, with_changes: bool) -> None
 @project_option
 def attach(run_id: str, cluster: str | None, project: Path) -> None:
     """Follow a command running on the login node (default: the newest) from the start of its output."""
+    if run_id and not RUN_ID.fullmatch(run_id):  # it names a folder there: never one outside the runs' folder
+        raise OrchestratorError(
+            f"{run_id!r} is not a run id: a run id is letters, digits, '.', '_' and '-' (e.g. 20250101T120000-submit-01234)",
+            hints=["the newest run: orchestrator remote attach (no RUN_ID)"],
+        )
     session, _ = open_session(project, cluster)
     code = session.attach(run_id, stream_out, say_line)
     if code:

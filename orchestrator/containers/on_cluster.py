@@ -84,10 +84,10 @@ def plan(
         raise ContainerError(f"cannot submit the build job: {', '.join(bad)} has characters Slurm directives cannot carry")
     if not Path(target).is_absolute():
         raise ContainerError(f"the image path {target!r} is not absolute: give container.image as an absolute path on the cluster")
-    command = [*orchestrator, "container", "build", image, "--output", target, "--digest-file", digest_file]
-    command += ["--builder", b.builder, *(["--force"] if force else []), *(["--timeout", repr(timeout)] if timeout is not None else [])]
-    for item in overrides:
-        command += ["--set", item]
+    # Each option's value in its own word with it, and the image after `--`: no value can become an option.
+    command = [*orchestrator, "container", "build", f"--output={target}", f"--digest-file={digest_file}", f"--builder={b.builder}"]
+    command += [*(["--force"] if force else []), *([f"--timeout={timeout!r}"] if timeout is not None else [])]
+    command += [*(f"--set={item}" for item in overrides), "--", image]
     return BuildJob(
         image=image,
         target=target,

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,10 @@ IGNORE_NAME = ".gitignore"
 MERGED_NAMES = (LOCK_NAME, IGNORE_NAME)
 # Pathspecs that leave the merged files out of a diff of the workstation's changes.
 NOT_MERGED = tuple(f":(exclude,glob)**/{name}" for name in MERGED_NAMES)
+# What a sync sends (``git rev-parse`` and ``git commit-tree`` print them): full commit ids only.
+# They reach git as revisions, where no ``--`` can stand before them; a value that starts with
+# ``-`` would be taken as an option, and a name like ``HEAD~3`` would check out something else.
+COMMIT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 
 class ClusterChanges(RemoteError):
@@ -168,6 +173,17 @@ def read_state(root: Path) -> dict:
 
 def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Outcome:
     """Check out ``commit`` in the repository ``root`` (see the module's docstring)."""
+    bad = [
+        f"{what} {value!r}"
+        for what, value in (("COMMIT", commit), ("--changes", changes))
+        if value is not None and not COMMIT_ID.fullmatch(value)
+    ]
+    if bad:
+        raise RemoteError(
+            "remote checkout takes full commit ids (40 or 64 hexadecimal digits, as a sync sends them): nothing was changed",
+            bad,
+            hints=["send the project with `orchestrator remote sync` (or submit --remote) from the workstation"],
+        )
     git = _Git(root, runner)
     state = read_state(root)
     undone = _undo_changes(git, state)
@@ -223,8 +239,8 @@ def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Ou
 def _undo_changes(git: _Git, state: dict) -> bool:
     """Take the previous sync's uncommitted changes out of the working tree, if they are still as applied."""
     before, changes = state.get("commit"), state.get("changes")
-    if not (isinstance(before, str) and isinstance(changes, str)):
-        return False
+    if not (isinstance(before, str) and isinstance(changes, str) and COMMIT_ID.fullmatch(before) and COMMIT_ID.fullmatch(changes)):
+        return False  # none sent, or a state file that is not what a sync wrote: nothing of it goes to git
     try:
         diff = git.diff_file(before, changes)
     except RemoteError:  # the commits are gone (a new clone): nothing to take out

@@ -99,14 +99,18 @@ def sync(
         raise RemoteError(
             f"git push to {dest.host}:{session.folder} failed (exit {done.returncode})", done.stderr.strip().splitlines()[-8:]
         )
-    args = ["orchestrator", "remote", "checkout", snap.head, *(["--changes", snap.changes] if snap.changes else [])]
-    done = session.conn.run(command(IN_FOLDER, session.folder, *args, setup=dest.setup), retry=False)
+    done = session.conn.run(command(IN_FOLDER, session.folder, *checkout_argv(snap), setup=dest.setup), retry=False)
     for line in done.stdout.splitlines():
         say(line)
     if done.returncode != 0:
         lines = [line.removeprefix("error: ") for line in done.stderr.strip().splitlines() if line.strip()]
         raise RemoteError(f"on {dest.host}: {lines[0] if lines else f'the checkout failed (exit {done.returncode})'}", hints=lines[1:])
     return snap
+
+
+def checkout_argv(snap: Snapshot) -> list[str]:
+    """The checkout there (:mod:`checkout`): the commits as values that no parser can take for options."""
+    return ["orchestrator", "remote", "checkout", *([f"--changes={snap.changes}"] if snap.changes else []), "--", snap.head]
 
 
 def _git(repo: Path, runner: Runner):

@@ -117,7 +117,14 @@ def test_a_cluster_params_do_not_name_is_one_message_for_on_cluster_and_remote(p
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [("0", "0.0 is not in the range x>0"), ("-5", "-5.0 is not in the range x>0"), ("soon", "'soon' is not a valid float range")],
+    [
+        ("0", "0.0 is not in the range 0<x<=604800"),
+        ("-5", "-5.0 is not in the range 0<x<=604800"),
+        ("soon", "'soon' is not a valid float range"),
+        ("nan", "'nan' is not a finite number (0<x<=604800)"),  # passes every comparison: it would reach the job
+        ("inf", "inf is not in the range 0<x<=604800"),
+        ("1e9", "1000000000.0 is not in the range 0<x<=604800"),
+    ],
 )
 def test_a_bad_timeout_is_refused_before_anything_is_sent(project, value, message):
     """--on-cluster hands --timeout to the build in the job: a bad one must not reach a job."""

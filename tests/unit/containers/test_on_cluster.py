@@ -45,16 +45,16 @@ def test_the_job_runs_the_same_build_into_the_profiles_path():
     job = plan(force=True, overrides=["base=/a b.sif"])
     assert job.job_name == "orchestrator-build-tiny" and job.partition == "debug" and (job.time, job.cpus) == ("01:00:00", 8)
     assert job.command == (
-        "/venv/bin/orchestrator", "container", "build", "tiny", "--output", "/shared/u/tiny.sif",
-        "--digest-file", "/home/u/proj/.orchestrator/images/tiny.on-cluster.digest", "--builder", "fakeroot", "--force",
-        "--set", "base=/a b.sif",
+        "/venv/bin/orchestrator", "container", "build", "--output=/shared/u/tiny.sif",
+        "--digest-file=/home/u/proj/.orchestrator/images/tiny.on-cluster.digest", "--builder=fakeroot", "--force",
+        "--set=base=/a b.sif", "--", "tiny",
     )  # fmt: skip
     assert job.output_of("42") == ".orchestrator/images/tiny.build-job-42.out"
     assert on_cluster.job_file(Path("/shared/u/tiny.sif")) == Path("/shared/u/.tiny.sif.build-job")
 
 
 def test_a_given_timeout_goes_to_the_build_in_the_job():
-    assert plan(timeout=600.0).command[-2:] == ("--timeout", "600.0")
+    assert plan(timeout=600.0).command[-3:] == ("--timeout=600.0", "--", "tiny")
     assert "--timeout" not in plan().command  # the build's own default there
 
 

@@ -327,9 +327,15 @@ def test_without_a_service_partition_there_are_no_waves_and_a_submission_over_th
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["submit", "--next-wave", "soon"], "Invalid value for '--next-wave': 'soon' is not a valid float."),
-        (["sweep", "--next-wave", "soon", "--name", "grid"], "Invalid value for '--next-wave': 'soon' is not a valid float."),
+        (["submit", "--next-wave", "soon"], "Invalid value for '--next-wave': 'soon' is not a valid float range."),
+        (["sweep", "--next-wave", "soon", "--name", "grid"], "Invalid value for '--next-wave': 'soon' is not a valid float range."),
         (["sweep", "--next-wave", "1000.0"], "error: --next-wave needs the sweep's --name"),
+        # nan passes every range check and inf every minimum: neither is a time
+        (["submit", "--next-wave", "nan"], "Invalid value for '--next-wave': 'nan' is not a finite number (x>=0)"),
+        (["submit", "--next-wave", "inf"], "Invalid value for '--next-wave': 'inf' is not a finite number (x>=0)"),
+        (["submit", "--next-wave", "-1"], "Invalid value for '--next-wave': -1.0 is not in the range x>=0."),
+        (["sweep", "--next-wave", "nan", "--name", "grid"], "Invalid value for '--next-wave': 'nan' is not a finite number (x>=0)"),
+        (["sweep", "--next-wave", "-inf", "--name", "grid"], "Invalid value for '--next-wave': -inf is not in the range x>=0."),
     ],
 )
 def test_a_bad_next_wave_is_one_message_and_nothing_is_submitted(root, args, message):

@@ -182,3 +182,51 @@ def test_the_push_rides_on_the_session_s_ssh():
     argv = sync.push_argv(Path("/ws"), ["ssh", "-o", "ControlPath=~/.ssh/orchestrator-%C"], "lumi", "/scratch/p/u/proj", snap)
     assert argv[:3] == ["git", "-C", "/ws"] and "core.sshCommand=ssh -o 'ControlPath=~/.ssh/orchestrator-%C'" in argv
     assert argv[-3:] == ["lumi:/scratch/p/u/proj", f"+{'a' * 40}:refs/orchestrator/head", f"+{'b' * 40}:refs/orchestrator/changes"]
+
+
+@pytest.mark.parametrize("changes", ["--output={evil}", "HEAD~1", "-p", "a" * 39])
+def test_a_changes_value_that_is_not_a_commit_id_is_refused_and_nothing_changes(repos, tmp_path, monkeypatch, changes):
+    """`remote checkout --changes X` hands X to `git diff` as a revision, where no `--` can stand before it."""
+    from support import invoke
+
+    ws, cl = repos
+    first = commit(ws, "one", **{"train.py": "v1\n"})
+    send(ws, cl)
+    second = commit(ws, "two", **{"train.py": "v2\n"})
+    git(cl, "fetch", "-q", str(ws), f"+{second}:refs/orchestrator/head")
+    evil = tmp_path / "evil"
+    monkeypatch.chdir(cl)
+    for argv in (["remote", "checkout", second, "--changes", changes.format(evil=evil)], ["remote", "checkout", "--", "-q"]):
+        result = invoke(*argv)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert (
+            "remote checkout takes full commit ids (40 or 64 hexadecimal digits, as a sync sends them): nothing was changed"
+            in result.output
+        )
+    assert not evil.exists() and git(cl, "rev-parse", "HEAD") == first and (cl / "train.py").read_text() == "v1\n"
+
+
+def test_a_state_file_that_names_no_commits_is_not_taken_to_git(repos, tmp_path):
+    ws, cl = repos
+    commit(ws, "one", **{"train.py": "v1\n"})
+    send(ws, cl)
+    evil = tmp_path / "evil"
+    (cl / checkout.STATE_FILE).write_text(f'{{"commit": "--output={evil}", "changes": "HEAD"}}\n')
+    commit(ws, "two", **{"train.py": "v2\n"})
+    send(ws, cl)
+    assert not evil.exists() and (cl / "train.py").read_text() == "v2\n"
+
+
+def test_the_checkout_there_parses_to_the_commits_sent(monkeypatch):
+    """What a sync runs there, parsed by the hidden command: the commits are its values, never options."""
+    from support import invoke
+
+    argv = sync.checkout_argv(sync.Snapshot("a" * 40, "b" * 64, 0))
+    assert argv[:3] == ["orchestrator", "remote", "checkout"]
+    got: list = []
+    monkeypatch.setattr(
+        checkout, "checkout", lambda root, commit, changes, runner: got.append((commit, changes)) or checkout.Outcome(commit, changes)
+    )
+    result = invoke(*argv[1:])
+    assert result.exit_code == 0, result.output
+    assert got == [("a" * 40, "b" * 64)]
