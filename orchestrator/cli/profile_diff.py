@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import tempfile
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import click
 
 from orchestrator.analysis import opdiff
-from orchestrator.cli.options import project_option
+from orchestrator.cli.options import file_error, project_option
 
 
 @click.command("profile-diff")
@@ -36,13 +37,49 @@ def profile_diff(baseline: Path, exp: Path, top: int, as_json: bool, project: Pa
 def _at_revision(arg: str, project: Path, scratch: Path) -> Path:
     """``arg`` itself when it is there, else REV:PATH's operators.json read from the revision into ``scratch``."""
     rev, sep, path = arg.partition(":")
-    if Path(arg).exists() or not sep or not rev or not path:
+    if _is_there(arg) or not sep or not rev or not path:
         return Path(arg)
+    wanted = _in_project(arg, rev, path)
+    if not os.path.realpath(scratch / wanted).startswith(os.path.realpath(scratch) + os.sep):
+        raise _outside(arg, path)  # _in_project keeps it inside; this holds it to that where the file is written
     from orchestrator.analysis.revisions import Revision
 
-    wanted = path if path.endswith(".json") else posixpath.join(path.rstrip("/"), opdiff.OPERATORS_FILE.as_posix())
-    Revision(project, rev).read_files([wanted], scratch)
+    try:
+        Revision(project, rev).read_files([wanted], scratch)
+    except OSError as exc:
+        raise opdiff.ProfileDataError(f"{arg!r}: cannot read {wanted} of revision {rev!r}: {file_error(exc)}") from None
     found = scratch / wanted
     if not found.is_file():
         raise opdiff.ProfileDataError(f"revision {rev} has no {wanted}", hints=["profile a run with --profile-steps START:COUNT"])
     return found
+
+
+def _is_there(arg: str) -> bool:
+    """Whether ``arg`` is a file or folder here; a name the system refuses (too long, a NUL) is not one."""
+    try:
+        return Path(arg).exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _in_project(arg: str, rev: str, path: str) -> str:
+    """REV:PATH's file as a path from the project's folder: the revision's file goes to the same
+    path under a scratch folder, so a PATH that leaves the project would write outside it."""
+    if rev.startswith("-"):
+        raise opdiff.ProfileDataError(
+            f"{arg!r}: {rev!r} is not a revision (it starts with '-')", hints=["name a commit, branch, tag or DVC experiment"]
+        )
+    if "\0" in path or posixpath.isabs(path):
+        raise _outside(arg, path)
+    wanted = path if path.endswith(".json") else posixpath.join(path.rstrip("/"), opdiff.OPERATORS_FILE.as_posix())
+    wanted = posixpath.normpath(wanted)
+    if wanted == ".." or wanted.startswith("../"):
+        raise _outside(arg, path)
+    return wanted
+
+
+def _outside(arg: str, path: str) -> opdiff.ProfileDataError:
+    return opdiff.ProfileDataError(
+        f"{arg!r}: PATH {path!r} is not a path inside the project",
+        hints=["REV:PATH takes PATH from the project's folder, without a leading '/' or a '..' that leaves it (e.g. HEAD:results/run-0)"],
+    )

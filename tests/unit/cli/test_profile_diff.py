@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support import invoke, write_operators
 
 
@@ -45,3 +47,105 @@ def test_the_comparison_stays_off_torch_and_is_listed():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
     result = invoke("--help")
     assert "profile-diff" in result.output
+
+
+# --- REV:PATH: the revision's file goes under a scratch folder, never outside it ------------------------
+
+
+def _git_project(where: Path, files: dict[str, Path]) -> Path:
+    """A git + DVC project with ``files`` (path in it -> operators.json to copy there) committed."""
+    import shutil
+
+    where.mkdir(parents=True)
+    for name, source in files.items():
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, where / name)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-q", "-m", "runs"]):
+        subprocess.run(argv, cwd=where, check=True, capture_output=True)
+    return where
+
+
+def test_a_rev_path_that_leaves_the_project_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    import tempfile
+
+    good = write_operators(tmp_path / "good.json", {"aten::mm": (1, 2)})
+    outside = tmp_path / "outside"  # an absolute PATH names it; the repository holds the same path under its root
+    files = {"sub/profile/operators.json": good, f"{str(outside).lstrip('/')}/profile/operators.json": good}
+    project = _git_project(tmp_path / "proj", files)
+    scratch_parent = tmp_path / "tmp"
+    scratch_parent.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch_parent))  # where profile-diff's scratch folder goes
+    for path in ("../../sub", "sub/../../../sub/profile/operators.json", str(outside)):
+        result = invoke("profile-diff", f"HEAD:{path}", str(good), "--project", str(project))
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert f"'HEAD:{path}': PATH {path!r} is not a path inside the project" in result.output
+        assert "REV:PATH takes PATH from the project's folder" in result.output
+        assert not any(scratch_parent.iterdir()) and not outside.exists(), path  # nothing written, nothing left
+    result = invoke("profile-diff", "HEAD:./sub/", str(good), "--project", str(project))  # inside: read as before
+    assert result.exit_code == 0, result.output
+    assert not any(scratch_parent.iterdir())
+
+
+def test_a_revision_that_looks_like_an_option_is_refused(tmp_path):
+    from orchestrator.analysis.opdiff import ProfileDataError
+    from orchestrator.cli.profile_diff import _at_revision
+
+    with pytest.raises(ProfileDataError, match=r"'--git-dir=x' is not a revision \(it starts with '-'\)"):
+        _at_revision("--git-dir=x:sub", tmp_path, tmp_path / "scratch")
+
+
+REV_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+REV_PARTS = st.sampled_from(["..", ".", "", "/", "//", "a", "b.json", "profile", "operators.json", "\0", "-", "~", "\\", "é", "a" * 300])
+SPECS = st.one_of(
+    REV_TEXT,
+    st.builds(lambda rev, path: f"{rev}:{path}", st.sampled_from(["HEAD", "-x", "exp", "a:b"]), REV_TEXT),
+    st.builds(
+        lambda rev, lead, parts: f"{rev}:{lead}{'/'.join(parts)}",
+        st.sampled_from(["HEAD", "on-lumi"]),
+        st.sampled_from(["", "/", "./", "../"]),
+        st.lists(REV_PARTS, max_size=8),
+    ),
+)
+
+
+@given(spec=SPECS)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_rev_path_resolves_inside_the_scratch_folder_or_is_refused(tmp_path_factory, spec):
+    """Any spec: read from inside the scratch folder, taken as a file or folder here (no REV:PATH),
+    or refused with an OrchestratorError; never a traceback, never a write outside the scratch folder."""
+    import os
+
+    from orchestrator.analysis import revisions
+    from orchestrator.cli.profile_diff import _at_revision
+    from orchestrator.errors import OrchestratorError
+
+    sandbox = tmp_path_factory.mktemp("revpath")
+    scratch = sandbox / "scratch" / "0"
+    written: list[Path] = []
+
+    class Revision:  # a revision that has every file: writes each where the real one would
+        def __init__(self, project, name):
+            pass
+
+        def read_files(self, paths, into):
+            for path in paths:
+                target = Path(os.path.realpath(into / path))
+                if not target.is_relative_to(os.path.realpath(into)):
+                    raise AssertionError(f"{spec!r} would write {target}, outside {into}")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text("{}")
+                written.append(target)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(revisions, "Revision", Revision)
+        try:
+            found = _at_revision(spec, sandbox, scratch)
+        except OrchestratorError as exc:
+            assert exc.exit_code == 2 and str(exc)
+            assert not written
+            return
+    if written:
+        assert Path(os.path.realpath(found)).is_relative_to(os.path.realpath(scratch)) and found.is_file()
+    else:
+        assert found == Path(spec)  # not REV:PATH (or a path that is there): read as it is, nothing written
