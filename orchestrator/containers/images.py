@@ -60,6 +60,10 @@ SAFE_PATH = re.compile(r"[A-Za-z0-9._/+@%:,=~-]+")  # a %files path or header va
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 _URL = re.compile(r"https?://[A-Za-z0-9._~:/@%+-]+")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# An image's name is part of file names (.orchestrator/images/NAME.sif, containers/NAME.digest,
+# its job's script and log): a name, never a path, and short enough for all of them.
+MAX_NAME = 100
+NAME_RULE = f"an image name is letters, digits, '.', '_' and '-', starting with a letter or digit, at most {MAX_NAME} characters"
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -135,7 +139,21 @@ def _images_file(project: Path) -> Mapping[str, object]:
     path = project / IMAGES_FILE
     if not path.is_file():
         raise ContainerError(f"{path}: no such file (the images this project builds)")
-    return yamlio.load_mapping(path)
+    images = yamlio.load_mapping(path)
+    bad = [key for key in images if not is_name(key)]
+    if bad:
+        valid = sorted(key for key in images if is_name(key))
+        raise ContainerError(
+            f"{path}: invalid image names",
+            [f"{key!r} is not a name" for key in bad],
+            hints=[NAME_RULE, f"valid images: {', '.join(valid) or 'none'}"],
+        )
+    return images
+
+
+def is_name(name: object) -> bool:
+    """Whether ``name`` can name an image (see NAME_RULE): no path, no option, no empty name."""
+    return isinstance(name, str) and len(name) <= MAX_NAME and _NAME.fullmatch(name) is not None
 
 
 def _check_values(project: Path, values: Mapping[str, object], source: Sequence[str]) -> list[str]:

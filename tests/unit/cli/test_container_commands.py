@@ -244,6 +244,39 @@ def test_a_project_without_images_yaml(tmp_path, args):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["../../evil", "/tmp/evil", "sub/evil", "-evil", ".hidden", "..", ""])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["exec", "--", "{name}", "--", "ls"],
+        ["exec", "tiny", "--", "ls"],
+        ["shell", "--", "{name}"],
+        ["list"],
+        ["build", "--", "{name}"],
+        ["clean"],
+    ],
+)
+def test_an_image_name_that_is_not_a_name_is_refused_and_nothing_runs(built, monkeypatch, name, args):
+    """images.yaml's names become file names (.orchestrator/images/NAME.sif): `../../evil` would run
+    (or build over) the file at .orchestrator/images/../../evil.sif."""
+    import yaml
+
+    images = yaml.safe_load((built / "containers/images.yaml").read_text())
+    images[name] = {"definition": "tiny.def.j2"}
+    (built / "containers/images.yaml").write_text(yaml.safe_dump(images))
+    (built / "evil.sif").write_bytes(b"whatever lies there")
+    runner = FakeRunner(installed={"apptainer"})
+    monkeypatch.setattr(container_verbs, "_runner", lambda: runner)
+    monkeypatch.setattr("orchestrator.util.runner.SubprocessRunner", lambda: runner)  # container build's
+    before = files_of(built)
+    result = invoke("container", args[0], "--project", str(built), *[a.format(name=name) for a in args[1:]])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"containers/images.yaml: invalid image names (1 problem):\n  - {name!r} is not a name" in result.output
+    assert "an image name is letters, digits, '.', '_' and '-', starting with a letter or digit" in result.output
+    assert "valid images: site, tiny" in result.output
+    assert files_of(built) == before and runner.spawned == [] and runner.calls == []
+
+
 # --- clean -------------------------------------------------------------------------------------
 
 
