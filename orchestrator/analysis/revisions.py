@@ -39,12 +39,12 @@ class Revision:
 
         into.mkdir(parents=True, exist_ok=True)
         for name in PIPELINE_FILES:
-            if self.fs.isfile(name):
+            if self._isfile(name):
                 self.fs.get_file(name, str(into / name))
         if not (into / stages.PIPELINE_FILE).is_file():
             raise PipelineError(f"revision {self.name!r} has no {stages.PIPELINE_FILE}", hints=["name a revision of this pipeline"])
         cluster = _cluster_file(into)
-        if cluster and self.fs.isfile(cluster):
+        if cluster and self._isfile(cluster):
             (into / cluster).parent.mkdir(parents=True, exist_ok=True)
             self.fs.get_file(cluster, str(into / cluster))
         if not (into / ".dvc").is_dir():
@@ -63,9 +63,26 @@ class Revision:
         for path in paths:
             self._get(path, into)
 
+    def _isfile(self, path: str) -> bool:
+        """Whether the revision has the file ``path``. DVC's own ``isfile`` answers False for
+        every path of a revision whose pipeline it cannot read (a broken params.yaml, a dvc.lock
+        that is not a mapping), which would read as a missing file: that is said instead."""
+        from dvc.exceptions import DvcException
+
+        try:
+            return self.fs.info(path)["type"] == "file"
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except DvcException as exc:
+            raise PipelineError(
+                f"DVC cannot read the pipeline of revision {self.name!r}",
+                stages.dvc_problems(exc, Path()),  # a path as the revision names it, not this workspace's file
+                hints=["fix it in a new commit, or name another revision"],
+            ) from exc
+
     def _get(self, path: str, into: Path) -> None:
         try:
-            if not self.fs.isfile(path):
+            if not self._isfile(path):
                 return
             (into / path).parent.mkdir(parents=True, exist_ok=True)
             self.fs.get_file(path, str(into / path))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.options import cluster_option, project_option
+from orchestrator.cli.options import FiniteFloat, cluster_option, project_option
 
 if TYPE_CHECKING:
     from orchestrator.scripts.workspace import Workspace
@@ -29,12 +29,10 @@ if TYPE_CHECKING:
     show_default=True,
     help="Output folder (relative to the project).",
 )
-@click.option(
-    "--pue", type=click.FloatRange(min=1), default=None, help="Power usage effectiveness [default: each run's profile's site.pue]."
-)
+@click.option("--pue", type=FiniteFloat(min=1), default=None, help="Power usage effectiveness [default: each run's profile's site.pue].")
 @click.option(
     "--carbon-intensity",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="g CO2e per kWh [default: each run's profile's site.carbon_intensity_g_per_kwh].",
 )
@@ -49,7 +47,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--to",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(min=1),
     default=None,
     help="What the comparison's time column counts to, in tokens or samples [default: 1e9 tokens, 1e6 samples].",
 )

@@ -157,6 +157,7 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
             f"`orchestrator submit` queues jobs on Slurm; profile {ws.cluster!r} has no scheduler",
             hints=["run the pipeline here with `dvc repro`, or pick a Slurm profile with --cluster"],
         )
+    stages.check_lock(root)
     # DVC names stages relative to the working directory, as `dvc -C` would run: from the project.
     try:
         with contextlib.chdir(root), Repo(str(root)) as repo:
@@ -173,7 +174,7 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
             for name in order:
                 outs[name], deps[name] = _files(fps.stage(name), root)
     except DvcException as exc:
-        raise PipelineError("DVC cannot work out what is stale", stages.dvc_problems(exc)) from exc
+        raise PipelineError("DVC cannot work out what is stale", stages.dvc_problems(exc, root)) from exc
     plans = {name: ws.plan(ws.jobs[name]) for name in order}
     problems = [f"{n}: {p}" for n, plan in plans.items() for p in plan.problems]
     if problems:

@@ -50,6 +50,7 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
     book = ledger.Ledger(root)
     found = Recorded()
+    stages.check_lock(root)
     if dvclock.mend(root):  # a process killed while DVC wrote its lock file (a submit, a repro, an earlier record)
         say(f"{root / '.dvc/tmp/rwlock'} was cut short by a killed DVC process: reset to an empty lock")
     try:
@@ -105,7 +106,7 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
             for dvcfile, changed in to_dump.items():
                 dvcfile.dump_stages(changed, update_pipeline=False)  # one write of dvc.lock for all of them
     except DvcException as exc:
-        raise PipelineError("DVC cannot record the finished items", stages.dvc_problems(exc)) from exc
+        raise PipelineError("DVC cannot record the finished items", stages.dvc_problems(exc, root)) from exc
     return found
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import os
 import posixpath
 import re
 import sys
@@ -19,10 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import PipelineError
+from orchestrator.errors import PipelineError, UnreadableFile
 from orchestrator.pipeline import cmdline, runargs
+from orchestrator.util import files
 
 PIPELINE_FILE = "dvc.yaml"
+LOCK_FILE = "dvc.lock"
+# DVC's record of a 100,000-item matrix is some hundred megabytes; a larger file is not one,
+# and DVC would read it whole.
+MAX_LOCK_BYTES = 1 << 30
 # Written by the jobs beside each metrics file of a finished item, read by the report.
 PROVENANCE_FILE = "provenance.json"
 # A stage whose cmd starts so is a job of ours (runargs.run_args_of reads its words).
@@ -138,13 +144,34 @@ def _resolve_with_dvc(
             getattr(resolver, "tracked_vars", {}).clear()
 
 
-def dvc_problems(exc: Exception) -> list[str]:
-    """DVC's own words; schema errors carry one entry per bad key in their cause, and
-    YAML syntax errors the parser's problem and where it is (DVC says only "corrupted")."""
+def check_lock(root: Path) -> None:
+    """Refuse ``root``'s dvc.lock before DVC reads it, unless it is a regular file under
+    :data:`MAX_LOCK_BYTES`: DVC would block on a FIFO, and read a link to a device or a
+    huge file whole. Its shape (a mapping of stages) DVC checks itself (see :func:`dvc_problems`)."""
+    path = root / LOCK_FILE
+    try:
+        files.check_regular(path, MAX_LOCK_BYTES)
+    except UnreadableFile as exc:
+        if not exc.missing:
+            raise PipelineError(
+                f"{path} {exc.reason}",
+                hints=["dvc.lock is DVC's record of the finished stages, a YAML file DVC writes itself: put the project's own back"],
+            ) from None
+
+
+def dvc_problems(exc: Exception, root: Path | None = None) -> list[str]:
+    """DVC's own words; schema errors carry one entry per bad key in their cause, each named
+    here by its file (DVC keeps the file apart), and YAML syntax errors the parser's problem
+    and where it is (DVC says only "corrupted"). ``root``: the working directory DVC ran in
+    (DVC names files relative to it), when not this one."""
     cause = exc.__cause__
     errors = getattr(cause, "errors", None)
     if errors:
-        return [f"{'.'.join(map(str, e.path))}: {e.msg}" for e in errors]
+        where = getattr(exc, "path", None)
+        if where:
+            where = os.path.normpath(os.path.join(os.getcwd() if root is None else root, where))
+        prefix = f"{where}: " if where else ""
+        return [f"{prefix}{'.'.join(map(str, e.path)) or 'the top level'}: {e.msg}" for e in errors]
     mark, problem = getattr(cause, "problem_mark", None), getattr(cause, "problem", None)
     if mark is not None and problem:
         return [f"{exc}: {problem} at line {mark.line + 1}, column {mark.column + 1}"]

@@ -95,13 +95,7 @@ def read_regular(path: Path, limit: int, *, follow_symlinks: bool = False) -> by
     a file the orchestrator wrote itself never is).
     """
     path = Path(path)
-    try:
-        st = path.stat() if follow_symlinks else path.lstat()
-    except FileNotFoundError:
-        raise UnreadableFile(path, "missing", "does not exist") from None
-    except (OSError, ValueError) as exc:  # unreachable, a name too long, a NUL in it
-        raise UnreadableFile(path, "unreadable", f"cannot be read: {_reason(exc)}") from None
-    _check_kind(path, st)
+    check_regular(path, limit, follow_symlinks=follow_symlinks)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
@@ -120,6 +114,22 @@ def read_regular(path: Path, limit: int, *, follow_symlinks: bool = False) -> by
     if size > limit:
         raise UnreadableFile(path, "too-large", f"is larger than {size_text(limit)}")
     return b"".join(chunks)
+
+
+def check_regular(path: Path, limit: int, *, follow_symlinks: bool = False) -> os.stat_result:
+    """What :func:`read_regular` checks before opening (type and size), for a file another
+    program is about to read; its ``stat``, or :class:`UnreadableFile`."""
+    path = Path(path)
+    try:
+        st = path.stat() if follow_symlinks else path.lstat()
+    except FileNotFoundError:
+        raise UnreadableFile(path, "missing", "does not exist") from None
+    except (OSError, ValueError) as exc:  # unreachable, a name too long, a NUL in it
+        raise UnreadableFile(path, "unreadable", f"cannot be read: {_reason(exc)}") from None
+    _check_kind(path, st)
+    if st.st_size > limit:
+        raise UnreadableFile(path, "too-large", f"is larger than {size_text(limit)}")
+    return st
 
 
 def read_text(path: Path, limit: int, *, follow_symlinks: bool = False) -> str:

@@ -5,11 +5,16 @@ the lock is the one `dvc repro` writes is proven on the testbed
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import yaml
 from fakes import FakeSlurm
 from test_detached import root, submit  # noqa: F401 - the fixture and the fake submission
 
+from orchestrator.errors import PipelineError
 from orchestrator.jobs import ledger, record
+from orchestrator.pipeline import stages
 from orchestrator.slurm.states import State
 
 
@@ -94,3 +99,38 @@ def test_a_job_missing_from_slurm_for_a_moment_is_asked_for_again(root, monkeypa
     assert hidden == "PENDING"
     found = record.record(root, None, slurm.runner, targets=("solo",), say=lambda line: None)
     assert found.recorded == ["solo"] and pauses == [1.0]
+
+
+# What DVC would read as the project's record: a regular file of a mapping only, and a
+# message that names the file (issue 33).
+LOCKS = {
+    "a list": lambda path: path.write_text("[1, 2]\n"),
+    "a FIFO": lambda path: os.mkfifo(path),
+    "a link to /dev/zero": lambda path: path.symlink_to("/dev/zero"),
+    "a folder": lambda path: path.mkdir(),
+    "larger than the cap": lambda path: (path.write_text(""), os.truncate(path, stages.MAX_LOCK_BYTES + 1)),
+}
+
+
+@pytest.mark.parametrize("lock", LOCKS)
+@pytest.mark.parametrize("command", ["record", "submit"])
+def test_a_lock_file_that_is_not_dvcs_record_is_one_error_naming_it(root, lock, command):  # noqa: F811
+    slurm = FakeSlurm()
+    path = root / "dvc.lock"
+    LOCKS[lock](path)
+    before = path.lstat()
+    with pytest.raises(PipelineError) as caught:
+        if command == "record":
+            record.record(root, None, slurm.runner, say=lambda line: None)
+        else:
+            submit(root, slurm)
+    message = caught.value.render()
+    assert str(path) in message and caught.value.exit_code == 2, message
+    expected = {"a list": "the top level: expected a dictionary", "a folder": "is a folder", "larger than the cap": "larger than 1 GiB"}
+    assert expected.get(lock, "is not a regular file") in message
+    after = path.lstat()
+    assert not slurm.sbatch_calls() and (after.st_mode, after.st_size, after.st_mtime_ns) == (
+        before.st_mode,
+        before.st_size,
+        before.st_mtime_ns,
+    )
