@@ -139,6 +139,14 @@ def _damaged(name: str, path: Path, problems: Sequence[str]) -> OrchestratorErro
 # The manifest's fields and their types, as Sweep.save writes them.
 _SWEEP_FIELDS = {"name": str, "baseline": str, "sets": "strings", "targets": "strings", "points": list}
 _POINT_FIELDS = {"name": str, "overrides": "overrides", "folder": str, "saved": bool}
+_KIND_WORDS = {
+    str: "a string",
+    list: "a list",
+    bool: "true or false",
+    "strings": "a list of strings",
+    "overrides": "an object of params files and lists of overrides",
+}
+_COMMIT = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")  # git's sha1 or sha256
 
 
 def _manifest_problems(data: object, name: str) -> list[str]:
@@ -149,6 +157,8 @@ def _manifest_problems(data: object, name: str) -> list[str]:
         return problems
     if data["name"] != name:
         problems.append(f"it names sweep {_shown(data['name'])}, not {name!r}")
+    if not _COMMIT.fullmatch(data["baseline"]):
+        problems.append(f"its baseline {_shown(data['baseline'])} is not a commit's hash")
     if len(data["points"]) > MAX_POINTS:
         problems.append(f"it lists {len(data['points']):,} points; a sweep has at most {MAX_POINTS:,}")
         return problems
@@ -167,11 +177,8 @@ def _shape_problems(data: object, fields: dict[str, object], what: str) -> list[
     problems += [f"{what} has an unknown field {_shown(key)}" for key in data if key not in fields]
     for key, kind in fields.items():
         if key in data and not _is(data[key], kind):
-            problems.append(f"{what}'s {key!r} is {_shown(data[key], 60)}, not {_KIND_WORDS.get(kind, getattr(kind, '__name__', kind))}")
+            problems.append(f"{what}'s {key!r} is {_shown(data[key], 60)}, not {_KIND_WORDS[kind]}")
     return problems
-
-
-_KIND_WORDS = {"strings": "a list of strings", "overrides": "an object of params files and lists of overrides", bool: "true or false"}
 
 
 def _is(value: object, kind: object) -> bool:
@@ -370,7 +377,13 @@ def submit(
 
 
 def _plan(
-    root: Path, cluster: str | None, runner: Runner, sweep: Sweep, todo: list[Point], params: dict, made: list[Path]
+    root: Path,
+    cluster: str | None,
+    runner: Runner,
+    sweep: Sweep,
+    todo: list[Point],
+    params: dict[str, dict[Path, bytes]],
+    made: list[Path],
 ) -> list[detached.Batch]:
     """Every point's copy (``made`` gets those made now) and its stale items, planned; one
     PlanError naming each point that cannot be submitted, and why."""

@@ -169,7 +169,7 @@ def good(sweep_name: str = "grid", **point) -> dict:
         ("1", "the manifest is int, not an object"),
         ("null", "the manifest is NoneType, not an object"),
         ("{cut short", "it is not JSON"),
-        (json.dumps({**good(), "points": "x"}), "'points' is 'x', not list"),
+        (json.dumps({**good(), "points": "x"}), "'points' is 'x', not a list"),
         (json.dumps({**good(), "sets": [1]}), "'sets' is [1], not a list of strings"),
         (json.dumps(good(saved="yes")), "'saved' is 'yes', not true or false"),
         (json.dumps(good(overrides={"params.yaml": "sweep.lr=0.1"})), "'overrides' is"),
@@ -178,6 +178,7 @@ def good(sweep_name: str = "grid", **point) -> dict:
         (json.dumps(good(name="other-0")), "point 0's name 'other-0' is not grid-0"),
         (json.dumps(good(overrides={"/etc/x.yaml": ["a=1"]})), "point 0's params file '/etc/x.yaml' is not a path inside the project"),
         (json.dumps(good("other")), "it names sweep 'other', not 'grid'"),
+        (json.dumps({**good(), "baseline": "--upload-pack=x"}), "its baseline '--upload-pack=x' is not a commit's hash"),
     ],
 )
 def test_a_damaged_manifest_is_one_message_naming_the_file(tmp_path, content, said):
