@@ -247,10 +247,11 @@ def test_values_that_leave_the_pipeline_unresolvable_name_the_point_and_leave_no
     refused_before_anything(project, slurm)
 
 
-def test_a_point_whose_command_cannot_be_planned_is_an_error_not_zero_items(project):
+@pytest.mark.parametrize("targets", [(), ("work",)])
+def test_a_point_whose_command_cannot_be_planned_is_an_error_not_zero_items(project, targets):
     slurm = FakeSlurm()
     with pytest.raises(PlanError) as caught:
-        sweep.submit(project, None, SlurmAndGit(slurm), ["sweep.lr=0.1,'$(id)'"], name="grid", **QUIET)
+        sweep.submit(project, None, SlurmAndGit(slurm), ["sweep.lr=0.1,'$(id)'"], targets, name="grid", **QUIET)
     said = caught.value.render()
     assert "grid-1: work@0: its cmd has shell syntax" in said and "grid-0" not in said
     refused_before_anything(project, slurm)
