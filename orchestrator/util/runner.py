@@ -31,10 +31,28 @@ GRACE_S = 10.0  # how long a stopped command's process group has to clean up aft
 
 @dataclass(frozen=True)
 class Completed:
+    """A finished command. ``stdout`` and ``stderr`` are text for showing and parsing: UTF-8,
+    each byte that is not UTF-8 replaced by U+FFFD (a cluster's tools, a file name or a job's
+    output may hold any byte, and text with lone surrogates would fail again when printed).
+    ``stdout_bytes`` is the output exactly as the command wrote it, for callers whose content
+    must not change (a file read over ssh, a hash); None where a fake runner gave text only."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str
     stderr: str
+    stdout_bytes: bytes | None = None
+
+    @property
+    def data(self) -> bytes:
+        """The output as bytes: as written where the runner kept them, else the text's UTF-8."""
+        return self.stdout_bytes if self.stdout_bytes is not None else self.stdout.encode()
+
+
+def decode(data: bytes) -> str:
+    """Captured output as text to show: UTF-8 with undecodable bytes replaced, and line ends
+    made ``\n`` as a text-mode pipe would."""
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 class Process(Protocol):
@@ -109,8 +127,10 @@ def stop_signals() -> Iterator[None]:
 
 class SubprocessRunner:
     def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float | None = None) -> Completed:
-        proc = subprocess.run(list(argv), input=input, capture_output=True, text=True, timeout=timeout, check=False)
-        return Completed(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+        # Bytes, decoded here by one rule (see Completed): a text-mode pipe raises on the first byte that is not UTF-8.
+        data = None if input is None else input.encode("utf-8", errors="surrogateescape")
+        proc = subprocess.run(list(argv), input=data, capture_output=True, timeout=timeout, check=False)
+        return Completed(tuple(argv), proc.returncode, decode(proc.stdout), decode(proc.stderr), proc.stdout)
 
     def spawn(self, argv: Sequence[str], cwd: Path | None = None) -> Process:
         # Output is not captured: the child writes to our stdout and stderr, which
