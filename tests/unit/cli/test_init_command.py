@@ -91,6 +91,30 @@ def test_refusals_are_one_message_exit_2_and_write_nothing(tmp_path, setup, mess
     assert snapshot(tmp_path) == before
 
 
+def _latin1_params(root: Path) -> None:
+    (root / "params.yaml").write_bytes("train: {lr: 0.1}\nnote: café\n".encode("latin-1"))
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (_latin1_params, "params.yaml is not a text file (not UTF-8 at byte 26)"),
+        (lambda root: (root / ".gitignore").mkdir(), ".gitignore is a folder, not a file"),
+        (lambda root: (root / ".dvcignore").symlink_to("/dev/zero"), ".dvcignore is not a regular file (a character device)"),
+        (lambda root: (root / "containers").write_text("x"), "containers is not a folder"),
+    ],
+)
+def test_a_file_init_cannot_add_to_is_refused_before_anything_is_written(tmp_path, setup, message):
+    """Each is found before params.yaml, the first file init adds to, is changed."""
+    root = project(tmp_path, params_text=None if setup is _latin1_params else USER_PARAMS)
+    setup(root)
+    before = snapshot(root)
+    done = invoke("init", "--project", str(root))
+    assert done.exit_code == 2 and message in done.output and "Traceback" not in done.output, done.output
+    assert done.exception is None or isinstance(done.exception, SystemExit)
+    assert snapshot(root) == before
+
+
 def test_an_unknown_cluster_lists_the_profiles_and_writes_nothing(tmp_path):
     root = project(tmp_path)
     before = snapshot(root)
