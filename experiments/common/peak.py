@@ -87,6 +87,13 @@ def job_cpus(world_size: int) -> int:
     return sum(map(len, per_host.values()))
 
 
+def allocator_retries(device: torch.device) -> int | None:
+    """How often this process's CUDA allocator had to free its cache and try again (each a device-wide sync); None off GPU."""
+    if device.type != "cuda":
+        return None
+    return int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """This process's peak: memory allocated on its GPU, or on CPU its maximum resident set size."""
     if device.type == "cuda":

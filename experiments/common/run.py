@@ -123,6 +123,7 @@ class Run:
                 "mean_step_time_s": self.timer.mean_step_time_s,
                 "timed_steps": self.timer.timed_steps,
                 "peak_memory_bytes": memory,  # the largest over the ranks
+                "allocator_retries": peak.allocator_retries(trainer.strategy.root_device),  # rank 0's
                 "data_wait_share": self.wait.share,
                 "step_gap_share": self.wait.gap_share,  # data wait and Lightning's own work between steps
                 "time_to_first_step_s": self.wait.first_step_s,  # rank 0's, from its process's start

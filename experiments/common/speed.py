@@ -17,11 +17,17 @@ NVIDIA-only (Inductor emits Triton for both).
 
 ``--precision fp8`` (the LM): torchao's float8 training, its linears' matmuls in FP8
 with dynamic per-tensor scales, the rest in bf16-mixed; on GPUs with FP8 matmuls only.
+
+``--attention`` (the LM): which fused attention kernel ``scaled_dot_product_attention``
+runs. PyTorch tries FlashAttention-2 first everywhere; on Hopper and newer NVIDIA GPUs
+``auto`` puts cuDNN's kernels first, which use the chip's own matrix instructions (wgmma,
+TMA) that FlashAttention-2 does not (see the README's GPU table for what that gains).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 from collections.abc import Iterable
 
@@ -63,6 +69,65 @@ def untimed_steps(mode: str | None) -> int:
     """How many of a process's first steps a compiled model spends compiling (for
     :class:`~experiments.common.callbacks.StepTimer`): a resumed run compiles again."""
     return _UNTIMED_STEPS[mode]
+
+
+def allocator_defaults() -> None:
+    """Expandable segments for PyTorch's CUDA allocator, unless the environment says otherwise.
+
+    A large batch fills most of the GPU (the LM's `large` at batch 32 takes 68 of an H100's
+    80 GB), where fixed-size segments fragment until an allocation fails and the allocator
+    frees its whole cache and retries, a device-wide sync inside the step; growing
+    segments in place avoids that (torchtitan's default too). Read at CUDA's first use, so
+    call it before anything touches the GPU.
+    """
+    import os
+
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+
+ATTENTION = ("auto", "cudnn", "flash", "efficient", "math")
+
+
+def add_attention_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--attention",
+        choices=ATTENTION,
+        default="auto",
+        help="the attention kernel; auto: cuDNN's first on NVIDIA Hopper or newer, else PyTorch's order (FlashAttention-2 first)",
+    )
+
+
+def attention_kernels(choice: str, accelerator: str) -> contextlib.AbstractContextManager:
+    """A context to train in with ``choice``'s attention kernels (``accelerator`` resolved).
+
+    A named kernel is the only one allowed: a shape it cannot run is an error rather
+    than a silent fall-back, so a comparison of kernels compares what it says. The
+    choice is read when the model is traced (its first step), so the whole fit runs in it.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if choice == "auto":
+        if accelerator != "gpu" or not _prefers_cudnn_attention():
+            return contextlib.nullcontext()
+        # The others stay behind it, in PyTorch's order, for the shapes cuDNN's kernels do not take.
+        order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+        return sdpa_kernel(order, set_priority=True)
+    named = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+    named |= {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+    return sdpa_kernel([named[choice]])
+
+
+def attention_form(choice: str, accelerator: str) -> str:
+    """What ``choice`` resolves to here, for metrics.json: ``cudnn``, ``flash``, ... or ``default`` (PyTorch's order)."""
+    if choice == "auto":
+        return "cudnn" if accelerator == "gpu" and _prefers_cudnn_attention() else "default"
+    return choice
+
+
+def _prefers_cudnn_attention() -> bool:
+    if not torch.cuda.is_available() or torch.version.hip:
+        return False
+    return torch.cuda.get_device_capability(0) >= (9, 0) and torch.backends.cudnn.is_available()
 
 
 def _fused_supported(params: list[torch.Tensor]) -> bool:

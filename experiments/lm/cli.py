@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     profiling.add_options(parser)
     speed.add_options(parser)
+    speed.add_attention_option(parser)
     return parser
 
 
@@ -102,6 +103,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     if args.precision == speed.FP8:
         problems += speed.fp8_problems(args.accelerator)
     problems += profiling.problems(args)
+    if args.attention not in ("auto", "math") and args.accelerator != "gpu":
+        problems.append(f"--attention {args.attention} needs a GPU; valid on CPU: auto, math")
     if problems:
         parser.error("; ".join(problems))
     args.compile_mode = speed.compile_mode(args)
@@ -132,6 +135,7 @@ def build_trainer(args: argparse.Namespace, callbacks: Sequence[pl.Callback], lo
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = ()) -> None:
     """``callbacks``: more Lightning callbacks, run before the run's own (the tests deliver the requeue signal with one)."""
+    speed.allocator_defaults()
     parser = build_parser()
     args = parse_args(parser, argv)
     run = Run(args, callbacks)
@@ -149,12 +153,13 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     flops_per_token = gpt.flops_per_token(gpt.config(args.model), data.vocab_size, args.seq_len)
     headline = (
         f"num_nodes={args.num_nodes} devices={args.devices} accelerator={args.accelerator} precision={args.precision} "
-        f"compile={args.compile_mode or 'off'} "
+        f"compile={args.compile_mode or 'off'} attention={speed.attention_form(args.attention, args.accelerator)} "
         f"strategy={args.strategy} data={args.data} tokenizer={data.tokenizer} model={args.model} parameters={parameters} "
         f"batch_size={args.batch_size} seq_len={args.seq_len} goldfish_k={args.goldfish_k} max_steps={args.max_steps}"
     )
     trainer = build_trainer(args, run.callbacks(headline), run.logger())
-    run.fit(trainer, module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers, args.val_rows))
+    with speed.attention_kernels(args.attention, args.accelerator):
+        run.fit(trainer, module, datamodule=LMDataModule(data, args.batch_size, args.seed, args.num_workers, args.val_rows))
 
     def results(logged) -> dict:
         return {
@@ -170,6 +175,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
             "goldfish_k": args.goldfish_k,
             "goldfish_h": args.goldfish_h,
             "activation_checkpointing": args.activation_checkpointing,
+            "attention": speed.attention_form(args.attention, args.accelerator),
         }
 
     run.finish(
