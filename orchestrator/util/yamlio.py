@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, UnreadableFile
+from orchestrator.util import files
 
 T = TypeVar("T")
 
@@ -32,14 +33,62 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
+# Values that aliases (``*name``) may add to a document beyond those written out. Each alias
+# shares its anchor's value, so a few lines can stand for a billion values ("billion laughs"):
+# cheap to parse, but whatever walks or copies the data (DVC's params context, a dump, a hash)
+# runs out of time or memory. Real params files use an anchor for a few defaults.
+MAX_ALIASED_VALUES = 1_000_000
+
+
+class AliasBomb(yaml.YAMLError):
+    """A document whose aliases expand past :data:`MAX_ALIASED_VALUES`, or into themselves."""
+
+
 def parse(text: str) -> Any:
-    """``yaml.safe_load``, fast; raises ``yaml.YAMLError`` (callers that must name the file use :func:`load_text`)."""
-    return yaml.load(text, Loader=_LOADER)
+    """``yaml.safe_load``, fast; raises ``yaml.YAMLError`` (callers that must name the file use
+    :func:`load_text`), :class:`AliasBomb` among them."""
+    data = yaml.load(text, Loader=_LOADER)
+    if "*" in text:  # no alias without one: plain documents skip the walk
+        _check_expansion(data)
+    return data
+
+
+def _check_expansion(data: Any) -> None:
+    """Raise :class:`AliasBomb` when the document, its aliases expanded, holds more than
+    :data:`MAX_ALIASED_VALUES` values beyond its distinct ones. Each distinct list or mapping is
+    visited once (its expanded size remembered), so the walk costs what the parsed data does."""
+    sizes: dict[int, int] = {}
+    distinct = 0
+    # Post-order without recursion: (node, children pushed yet?)
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    open_: set[int] = set()
+    while stack:
+        node, expanded = stack.pop()
+        if not isinstance(node, (list, dict)):
+            continue
+        key = id(node)
+        if expanded:
+            children = node.values() if isinstance(node, dict) else node
+            sizes[key] = 1 + sum(sizes.get(id(c), 1) for c in children)
+            open_.discard(key)
+            if sizes[key] - distinct > MAX_ALIASED_VALUES:
+                raise AliasBomb(f"its aliases (*name) expand it past {MAX_ALIASED_VALUES:,} values")
+            continue
+        if key in sizes:
+            continue
+        if key in open_:
+            raise AliasBomb("an alias (*name) refers to a value that holds it: the value never ends")
+        open_.add(key)
+        distinct += 1 + len(node)
+        stack.append((node, True))
+        stack.extend((c, False) for c in (node.values() if isinstance(node, dict) else node))
 
 
 def load_text(text: str, source: str) -> Any:
     try:
         return parse(text)
+    except AliasBomb as exc:
+        raise ConfigError(f"{source} is refused: {exc}", hints=["write the values out, or use anchors for a few shared defaults"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -47,13 +96,18 @@ def load_text(text: str, source: str) -> Any:
         raise ConfigError(f"{source} is not valid YAML{where}: {problem}") from exc
 
 
+# params.yaml, images.yaml: files a person writes. Past this size a file is not one of them,
+# and reading it whole could exhaust memory.
+MAX_FILE_BYTES = 64 << 20
+
+
 def load_file(path: Path) -> Any:
+    """The data of a YAML file: a regular file (or a link to one: the user's own) under
+    :data:`MAX_FILE_BYTES`, UTF-8, aliases bounded; else one ConfigError naming it."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
+        text = files.read_text(path, MAX_FILE_BYTES, follow_symlinks=True)
+    except UnreadableFile as exc:
+        raise ConfigError(f"{path}: no such file" if exc.missing else f"{path} {exc.reason}") from None
     return load_text(text, str(path))
 
 

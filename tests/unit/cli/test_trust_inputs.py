@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from support import GIT_ENV, fabricate, invoke, with_git
-from test_input_errors import user_error
+from test_input_errors import one_item, user_error
 
 # --- numbers: finite and in range --------------------------------------------------------------------
 
@@ -65,3 +65,17 @@ def test_a_revision_whose_pipeline_dvc_cannot_read_is_named_with_its_file(revisi
     operators = "results/benchmark/pydoc-topics/tiny/1x1/profile/operators.json"
     output = user_error(invoke("profile-diff", "--project", str(revisions), f"{rev}:{operators}", f"good:{operators}"), rev, *fragments)
     assert "has no" not in output
+
+
+# --- params.yaml that DVC could not resolve in any memory -------------------------------------------
+
+
+def test_render_refuses_a_billion_laughs_params_file(tmp_path):
+    """Nine lines whose aliases stand for a billion values: DVC's resolution ran out of memory."""
+    project = one_item(tmp_path / "p")
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    with (project / "params.yaml").open("a") as f:
+        f.write("\n".join(lines) + "\n")
+    user_error(invoke("render", "--project", str(project)), "params.yaml is refused", "aliases (*name) expand it past 1,000,000 values")
+    assert not (project / ".orchestrator/scripts").exists()
