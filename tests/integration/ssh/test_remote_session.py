@@ -61,7 +61,7 @@ def test_exit_status_and_output_come_through(login, slow):
     (login.cluster_root / "proj").mkdir(parents=True)
     done = login.orchestrator("status", "--remote", "probe", cwd=slow)
     assert done.returncode == 3, done.stdout + done.stderr
-    _every_line_once(done.stdout, "status probe")
+    _every_line_once(done.stdout, "status -- probe")  # the targets after `--` there: none becomes an option
 
 
 def test_a_killed_master_connection_reconnects_and_every_line_comes_once(login, slow):
