@@ -113,12 +113,48 @@ class Scheduler:
     extra_options: tuple[str, ...] = ()
 
 
-# The options the plan sets itself: a profile's extra_options may not set them a second time.
+# The options the orchestrator sets itself, in the script (the plan) or on sbatch's command
+# line: a profile's extra_options may not set them a second time. --error would take the job's
+# stderr away from the log that status, logs and a failed run show.
 PLANNED_OPTIONS = frozenset(
     "job-name account partition qos constraint time nodes ntasks-per-node gpus-per-node cpus-per-task exclusive "
-    "signal requeue open-mode output".split()
+    "signal requeue open-mode output error chdir dependency array".split()
 )
+# sbatch's one-letter forms of those, which it reads as the same options.
+_SHORT_OPTIONS = {
+    "J": "job-name", "A": "account", "p": "partition", "q": "qos", "C": "constraint", "t": "time", "N": "nodes",
+    "c": "cpus-per-task", "o": "output", "e": "error", "D": "chdir", "d": "dependency", "a": "array",
+}  # fmt: skip
+# sbatch options in their own right that are also the start of a planned one (sbatch takes any
+# unambiguous start of a long option as the option: --err is --error).
+_OWN_OPTIONS = frozenset({"gpus", "ntasks"})
 _OPTION = re.compile(r"--([a-z][a-z-]*)(=[A-Za-z0-9._@%:/+,-]+)?")
+
+
+def _planned(name: str) -> str | None:
+    """The planned option(s) that ``--name`` may set: itself, or those it is the start of."""
+    if name in PLANNED_OPTIONS:
+        return name
+    if name in _OWN_OPTIONS:
+        return None
+    return " or --".join(o for o in sorted(PLANNED_OPTIONS) if o.startswith(name)) or None
+
+
+def _extra_option_problem(option: str) -> str | None:
+    managed = f"the orchestrator sets these itself: {', '.join(f'--{o}' for o in sorted(PLANNED_OPTIONS))}"
+    short = re.match(r"-([A-Za-z])", option)
+    if short and not option.startswith("--"):
+        if short.group(1) in _SHORT_OPTIONS:
+            return f"scheduler.extra_options: {option!r} is --{_SHORT_OPTIONS[short.group(1)]}; leave it out ({managed})"
+        return f"scheduler.extra_options: {option!r} is not --name or --name=value (write the long form of the option)"
+    match = _OPTION.fullmatch(option)
+    if match is None:
+        return f"scheduler.extra_options: {option!r} is not --name or --name=value (letters, digits, ._@%:/+,- in the value)"
+    planned = _planned(match.group(1))
+    if planned is not None:
+        said = f"--{planned}" if planned == match.group(1) else f"{option!r} is --{planned}, which"
+        return f"scheduler.extra_options: {said} is set by the orchestrator itself; leave it out ({managed})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -435,12 +471,7 @@ def problems(p: Profile) -> list[str]:
         found.append("scheduler.retry_backoff_s must be 0 or more seconds")
     if not 0 < s.stuck_timeout_s < float("inf"):
         found.append("scheduler.stuck_timeout_s must be a positive number of seconds")
-    for option in s.extra_options:
-        match = _OPTION.fullmatch(option)
-        if match is None:
-            found.append(f"scheduler.extra_options: {option!r} is not --name or --name=value (letters, digits, ._@%:/+,- in the value)")
-        elif match.group(1) in PLANNED_OPTIONS:
-            found.append(f"scheduler.extra_options: --{match.group(1)} is set by the plan itself; leave it out of extra_options")
+    found += [problem for option in s.extra_options if (problem := _extra_option_problem(option))]
     if s.service_partition is not None and not patterns.DIRECTIVE_SAFE.fullmatch(s.service_partition):
         found.append(f"scheduler.service_partition {s.service_partition!r} has characters Slurm directives cannot carry")
     for key, part in s.partitions.items():

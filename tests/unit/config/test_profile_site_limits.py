@@ -45,9 +45,27 @@ def test_bad_partition_limits_are_named(tmp_path, partition, expected):
     [
         ('extra_options: ["network=x"]', "'network=x' is not --name or --name=value"),
         ('extra_options: ["--network=a b"]', "is not --name or --name=value"),
-        ('extra_options: ["--time=01:00:00"]', "--time is set by the plan itself"),
+        ('extra_options: ["--time=01:00:00"]', "--time is set by the orchestrator itself"),
+        # Where the job's output goes: the log that status, logs and a failed run show (issue 33).
+        ('extra_options: ["--error=/tmp/elsewhere.err"]', "--error is set by the orchestrator itself; leave it out (the orchestrator sets"),
+        ('extra_options: ["--output=x.log"]', "--output is set by the orchestrator itself"),
+        ('extra_options: ["--err=x"]', "'--err=x' is --error, which is set by the orchestrator itself"),
+        ('extra_options: ["-e"]', "'-e' is --error; leave it out"),
+        ('extra_options: ["-o/tmp/x"]', "'-o/tmp/x' is --output; leave it out"),
+        ('extra_options: ["-w"]', "'-w' is not --name or --name=value (write the long form"),
+        ('extra_options: ["--chdir=/tmp"]', "--chdir is set by the orchestrator itself"),
     ],
 )
 def test_bad_extra_options_are_named(tmp_path, option, expected):
     found = problems_of(tmp_path, scheduler_extra=option)
     assert any(expected in p for p in found), found
+
+
+def test_the_refusal_lists_the_options_the_orchestrator_sets():
+    found = profile._extra_option_problem("--error=x")
+    assert "--error" in found and all(f"--{o}" in found for o in profile.PLANNED_OPTIONS)
+
+
+@pytest.mark.parametrize("option", ["--network=disable_rdzv_get", "--gpus=8", "--ntasks=4", "--mail-type=END", "--time-min=00:10:00"])
+def test_site_options_the_orchestrator_does_not_set_are_accepted(option):
+    assert profile._extra_option_problem(option) is None
