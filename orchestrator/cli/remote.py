@@ -205,9 +205,12 @@ def fetch(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
     stage the cluster's dvc.lock has. Where the project's committed DVC config names a
     default remote (`dvc remote default`), cached outs go through it (pushed there, pulled
     here); the rest (`cache: false` outs such as metrics), or everything without one, by
-    rsync over the session's ssh. Each out is checked against the md5 that dvc.lock there
-    records; a stage with an out missing or not matching is skipped whole, its entry not
-    written. Then `dvc metrics show`, `dvc plots show` and `orchestrator report` work here.
+    rsync over the session's ssh. Only the outs this side's dvc.yaml declares for the stage
+    are placed (never under .git/, .dvc/, .orchestrator/, nor the pipeline's own files), as
+    regular files with the mode your umask gives, each checked against the md5 that dvc.lock
+    there records; a stage with an out missing, not matching or not allowed is refused whole,
+    its entry not written, exit 1. Then `dvc metrics show`, `dvc plots show` and
+    `orchestrator report` work here.
     """
     from orchestrator.remote import fetch as fetching
     from orchestrator.remote.session import IN_FOLDER, PROJECT_FILE, TAG, command, markers
@@ -218,9 +221,11 @@ def fetch(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
     # the project the folder there holds (session.PREPARE records it) on stderr, then the lock on stdout
     script = (
         'if [ -s "$2" ]; then printf "%s project %s\\n" "$3" "$(cat "$2")" >&2; fi; '
-        'cd -- "$1" 2>/dev/null || exit 97; [ -f dvc.lock ] || exit 98; cat dvc.lock'
+        'cd -- "$1" 2>/dev/null || exit 97; [ -f dvc.lock ] || exit 98; head -c "$4" dvc.lock'
     )
-    done = session.conn.run(command(script, session.project, f"{session.folder}/{PROJECT_FILE}", TAG))
+    # One byte over the cap, so that a lock over it is told from one just under (and refused unread).
+    cap = str(fetching.trust.MAX_LOCK_BYTES + 1)
+    done = session.conn.run(command(script, session.project, f"{session.folder}/{PROJECT_FILE}", TAG, cap))
     said = {words[0]: words[1:] for words in markers(done.stderr)}
     session.check_project(" ".join(said.get("project", [])).split())  # another project's lock: nothing of it fetched
     if done.returncode in (97, 98):
@@ -239,7 +244,7 @@ def fetch(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
         return session.conn.run(command(IN_FOLDER, session.project, *argv, setup=session.dest.setup), retry=False)
 
     results = fetching.fetch(project, done.stdout, where, targets, _stage_names(project), copy, click.echo, push_there)
-    if any(r.problems for r in results):  # an out missing or not matching there: say so in the exit status too
+    if any(r.refused for r in results):  # what the cluster sent was not taken: say so in the exit status too
         sys.exit(1)
 
 

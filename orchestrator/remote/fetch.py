@@ -1,29 +1,39 @@
 """Results back from the cluster: the finished items' outputs and dvc.lock entries, verified by hash.
 
-``orchestrator fetch [TARGETS...]`` over the session's ssh master (:mod:`connection`):
+``orchestrator fetch [TARGETS...]`` over the session's ssh master (:mod:`connection`). What
+comes from the cluster is data (:mod:`trust`: anyone who can write its project folder wrote it):
 
-1. read the cluster's ``dvc.lock`` (``cat`` there) and pick its stages: the TARGETS (a
-   stage name, ``name@item``, or a matrix/foreach name for all its items), else every
-   stage the lock has there. A target this project's dvc.yaml knows but the cluster's
-   lock lacks is skipped as not finished there; one neither knows is an error.
-2. bring each stage's outs into a staging folder, ``.orchestrator/fetch/``, so nothing in
+1. read the cluster's ``dvc.lock`` (``head -c`` there, under a size cap) as plain YAML, no
+   anchors or aliases, and pick its stages: the TARGETS (a stage name, ``name@item``, or a
+   matrix/foreach name for all its items), else every stage the lock has there. A target
+   this project's dvc.yaml knows but the cluster's lock lacks is skipped as not finished
+   there; one neither knows is an error.
+2. check each stage's entry before a byte moves: every out it names is an out this side's
+   dvc.yaml declares for that stage, never under ``.git/``, ``.dvc/``, ``.orchestrator/``
+   nor one of the pipeline's own files (dvc.yaml, dvc.lock, params files, .gitignore ...),
+   with a DVC md5; its cmd, deps and params are what DVC's lock schema allows, as plain
+   data. Anything else and the stage is refused (exit 1), nothing of it fetched.
+3. bring each stage's outs into a staging folder, ``.orchestrator/fetch/``, so nothing in
    the workspace changes while bytes are on the way. Where the project's committed DVC
    config names a default remote, cached outs come through it (:mod:`shared`: pushed
    there by the cluster, exactly the objects of the lock entries pulled here); the outs
    this side's dvc.yaml marks ``cache: false`` (metrics, plots, provenance.json), or every
-   out without such a remote, come with ``rsync`` over the session's master. The output
-   says which way each came.
-3. hash what arrived the way DVC does (dvc_data's ``build``: the file's md5, a folder's
-   ``.dir`` listing hash) and compare with the cluster's lock entry. A stage is taken
-   whole or not at all: one out missing there or not matching its entry (changed after
-   the run recorded it, cut short) and the stage is skipped, its files not placed and
-   its entry not written, so this side's dvc.lock never claims files it does not have.
-4. move the verified outs into place, put the cached ones into this side's DVC cache
+   out without such a remote, come with ``rsync`` over the session's master: regular
+   files and folders only, no mode kept. The output says which way each came.
+4. hash what arrived the way DVC does (dvc_data's ``build``: the file's md5, a folder's
+   ``.dir`` listing hash) and compare with the cluster's lock entry, after each file got
+   the mode the user's umask gives a new one. A stage is taken whole or not at all: one
+   out missing there, not matching its entry (changed after the run recorded it, cut
+   short), holding a link, FIFO, device or socket, or a name never placed, and the stage
+   is refused, its files not placed and its entry not written, so this side's dvc.lock
+   never claims files it does not have.
+5. move the verified outs into place, put the cached ones into this side's DVC cache
    (``dvc status`` calls an out whose object is missing "not in cache"; a ``cache: false``
    out has none, as after ``dvc repro``) and into the .gitignore beside them (DVC's own
    Output.ignore, as ``dvc repro`` does), and merge the entries into the local
-   ``dvc.lock`` stage by stage (the cluster's entry replaces this side's for the fetched
-   stages only; the others stay), written to a temporary file and renamed.
+   ``dvc.lock`` stage by stage (the checked entry replaces this side's for the fetched
+   stages only; the others stay), re-dumped from plain data to a temporary file and
+   renamed, with the mode the old file had.
 
 Then ``dvc metrics show``, ``dvc plots show`` and ``orchestrator report`` read them here.
 
@@ -35,39 +45,30 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import shlex
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from orchestrator.remote.checkout import LOCK_NAME, _stages
+from orchestrator.remote import trust
+from orchestrator.remote.checkout import LOCK_NAME
 from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.shared import Puller, default_remote
+from orchestrator.remote.trust import Declared, Out, Refused, shown
 from orchestrator.util import yamlio
 from orchestrator.util.runner import Completed, Runner
 
 STAGING = ".orchestrator/fetch"
 
+__all__ = ["Declared", "FetchError", "Out", "Refused", "Result", "fetch", "merge", "rsync_copier", "select"]
+
 
 class FetchError(RemoteError):
     """Nothing to fetch, or a target nobody knows: nothing was changed here."""
-
-
-@dataclass(frozen=True)
-class Out:
-    """One out of a lock entry: where, and the hash DVC recorded for it."""
-
-    path: str
-    md5: str
-    hash_name: str  # "md5" (DVC 3), "md5-dos2unix" (a DVC 2 entry without `hash: md5`)
-    size: int | None
-    cached: bool = True  # this side's dvc.yaml: `cache: false` outs are no DVC objects (and in no DVC remote)
-
-    @property
-    def isdir(self) -> bool:
-        return self.md5.endswith(".dir")
 
 
 @dataclass
@@ -82,24 +83,13 @@ class Result:
     problems: list[str] = field(default_factory=list)  # why it was skipped, out by out
     routes: dict[str, str] = field(default_factory=dict)  # out -> the way it came: "rsync" or "DVC remote 'NAME'"
     notes: list[str] = field(default_factory=list)  # fetched, but worth saying
+    refused: bool = False  # what the cluster sent was not taken (a hash, a path, a file): the exit status says so
+    entry: dict = field(default_factory=dict)  # fetched: the checked lock entry to merge
 
 
 def parse_lock(text: str, where: str) -> dict:
-    stages = _stages(text)
-    if stages is None:
-        raise FetchError(f"the dvc.lock at {where} is not one DVC wrote (not YAML with a `stages` mapping): nothing fetched")
-    return stages
-
-
-def outs_of(entry: dict) -> list[Out]:
-    """The outs of a lock entry (a DVC 2 or 3 lock); an out without an md5 is one DVC did not hash."""
-    found = []
-    for out in entry.get("outs") or []:
-        if not isinstance(out, dict) or "path" not in out:
-            continue
-        md5 = str(out.get("md5") or "")
-        found.append(Out(str(out["path"]), md5, "md5" if out.get("hash") == "md5" else "md5-dos2unix", out.get("size")))
-    return found
+    """The cluster's lock's stages, read as plain data (:func:`trust.load_lock`)."""
+    return trust.lock_stages(trust.load_lock(text, where), where)
 
 
 def select(stages: dict, targets: Sequence[str], known: Iterable[str]) -> tuple[list[str], list[Result]]:
@@ -124,28 +114,54 @@ def select(stages: dict, targets: Sequence[str], known: Iterable[str]) -> tuple[
     if unknown:
         names = sorted({*known, *(name.split("@", 1)[0] for name in stages)})
         raise FetchError(
-            f"unknown target(s): {', '.join(unknown)}: neither this project's dvc.yaml nor the cluster's dvc.lock has such a stage",
-            hints=[f"stages: {', '.join(names) or '(none)'}", "a matrix item is NAME@ITEM; NAME alone takes all its items"],
+            f"unknown target(s): {shown(', '.join(unknown))}: neither this project's dvc.yaml nor the cluster's dvc.lock has such a stage",
+            hints=[f"stages: {shown(', '.join(names)) or '(none)'}", "a matrix item is NAME@ITEM; NAME alone takes all its items"],
         )
     return chosen, skipped
 
 
-def merge(local: str | None, entries: dict[str, dict]) -> str:
-    """This side's dvc.lock with ``entries`` (stage -> the cluster's entry) put in: fetched stages
-    take the cluster's entry, every other stage stays as it is here."""
-    document = yamlio.parse(local) if local else None
+def read_local_lock(project: Path) -> str | None:
+    """This side's dvc.lock (None: there is none), a regular file under the size cap, or :class:`FetchError`."""
+    path = project / LOCK_NAME
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise FetchError(f"{path} is not a regular file: fetch merges into a dvc.lock it can rewrite, nothing fetched")
+    if info.st_size > trust.MAX_LOCK_BYTES:
+        raise FetchError(f"{path} is over {trust.MAX_LOCK_BYTES // 2**20} MiB: nothing fetched")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FetchError(f"cannot read {path}: {exc}") from None
+
+
+def merge(local: str | None, entries: dict[str, dict], where: str = "dvc.lock here") -> str:
+    """This side's dvc.lock with ``entries`` (stage -> its checked entry) put in: fetched stages
+    take the new entry, every other stage stays as it is here. Re-dumped from plain data."""
+    try:
+        document = trust.load_lock(local, where) if local else None
+        stages = trust.lock_stages(document, where)
+    except Refused as exc:
+        raise FetchError(f"{exc.headline}; fix or remove it, then fetch again") from None
     document = dict(document) if isinstance(document, dict) else {"schema": "2.0"}
-    stages = dict(document.get("stages") or {})
-    stages.update(entries)
-    document["stages"] = stages
+    document["stages"] = {**stages, **entries}
     return yamlio.dump(document)
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` by a temporary file renamed over it, with the mode the old file had
+    (a new one: what the umask gives), not mkstemp's 0600."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~trust.umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -165,12 +181,14 @@ class Hasher:
         self._built: dict[str, tuple] = {}
         self._stages: dict[str, object] | None = None
 
-    def hash(self, path: Path, name: str) -> tuple[str, int | None]:
+    def hash(self, path: Path, name: str) -> tuple[str, dict]:
+        """The hash of ``path`` and the size (and a folder's file count) DVC writes beside it."""
         from dvc_data.hashfile.build import build
 
         staging, meta, obj = build(self.odb, str(path), self.fs, name)
         self._built[str(path)] = (staging, obj)
-        return obj.hash_info.value, meta.size
+        sizes = {"size": meta.size} if meta.size is not None else {}
+        return obj.hash_info.value, sizes | ({"nfiles": meta.nfiles} if meta.nfiles is not None else {})
 
     def cache(self, path: Path, keep: bool = True) -> None:
         """Copy the objects of ``path`` (hashed before, from where it lies now) into the cache; ``keep``
@@ -181,17 +199,39 @@ class Hasher:
         if keep:
             transfer(staging, self.odb, {obj.hash_info}, hardlink=False, shallow=False)
 
-    def declared(self, name: str) -> dict | None:
-        """This side's dvc.yaml's outs of stage ``name`` (``name@item`` resolved), by path; None: no such stage here."""
+    def _resolved(self) -> dict:
         if self._stages is None:
             # Every stage of the project's dvc.yaml resolved in one pass: asked one name at a time,
             # DVC parses dvc.yaml and dvc.lock again for each, which for a 1,000-item matrix is a
             # thousand parses of a thousand-entry lock.
+            from dvc.exceptions import DvcException
+
             top = os.path.join(self.repo.root_dir, "dvc.yaml")
-            found = self.repo.index.stages
+            try:
+                found = self.repo.index.stages
+            except DvcException as exc:  # e.g. an out DVC itself refuses (inside .git, a .dvc file)
+                raise FetchError(f"DVC cannot read this project's dvc.yaml: {exc}: nothing fetched") from None
             self._stages = {s.name: s for s in found if getattr(s, "dvcfile", None) and os.path.abspath(s.dvcfile.path) == top}
-        stage = self._stages.get(name)
-        return None if stage is None else {posixpath.normpath(str(out.def_path)): out for out in stage.outs}
+        return self._stages
+
+    def declared(self, name: str) -> dict[str, Declared] | None:
+        """This side's dvc.yaml's outs of stage ``name`` (``name@item`` resolved), by normalized path; None: no such stage here."""
+        stage = self._resolved().get(name)
+        if stage is None:
+            return None
+        return {posixpath.normpath(str(out.def_path)): Declared(str(out.def_path), bool(out.use_cache)) for out in stage.outs}
+
+    def own_files(self) -> frozenset[str]:
+        """The params files the project's stages read (params.yaml and any other): the pipeline's own, never placed."""
+        from dvc.dependency.param import ParamsDependency
+
+        found = {
+            posixpath.normpath(str(dep.def_path))
+            for stage in self._resolved().values()
+            for dep in stage.deps
+            if isinstance(dep, ParamsDependency)
+        }
+        return frozenset(found)
 
     def ignore(self, name: str) -> list[str]:
         """Stage ``name``'s cached outs into the .gitignore beside them, as ``dvc repro`` does (DVC's
@@ -199,7 +239,8 @@ class Hasher:
         from dvc.exceptions import DvcException
 
         notes = []
-        for out in (self.declared(name) or {}).values():
+        stage = self._resolved().get(name)
+        for out in stage.outs if stage is not None else ():
             try:
                 out.ignore()
             except DvcException as exc:  # e.g. the path is tracked by git here: DVC would refuse the same way
@@ -219,18 +260,24 @@ def rsync_copier(ssh_base: Sequence[str], host: str, project: str, runner: Runne
     def copy(paths: Sequence[str], into: Path) -> Completed:
         # One rsync for every path, whatever their number (a 1,000-item sweep's outs): the list
         # goes over rsync's own protocol (--files-from, NUL-separated), not on a command line.
-        # --files-from implies --relative (each path lands at its relative path under `into`) and
-        # switches -a's recursion off: -r brings the folders' contents.
+        # --files-from implies --relative (each path lands at its relative path under `into`); -r
+        # brings the folders' contents. Only regular files and folders come (no -l, no -D: a link,
+        # FIFO or device there is skipped and named), with no mode, owner or group kept (no -p, -o,
+        # -g: --chmod is taken as the sender's mode, which the umask then masks, as for a new file).
         listing = into.parent / f".{into.name}.files"
         listing.write_bytes(b"".join(path.encode() + b"\0" for path in paths))
         try:
-            argv = ["rsync", "-a", "-r", "--partial", "-s", "-e", shlex.join(ssh_base), "--from0", f"--files-from={listing}"]
-            return runner.run([*argv, f"{host}:{PurePosixPath(project)}/", f"{into}/"], timeout=None)
+            argv = ["rsync", "-rt", "--chmod=D0777,F0666", "--partial", "-s", "-e", shlex.join(ssh_base)]
+            argv += ["--from0", f"--files-from={listing}", f"{host}:{PurePosixPath(project)}/", f"{into}/"]
+            return runner.run(argv, timeout=None)
         finally:
             listing.unlink(missing_ok=True)
 
     return copy
 
+
+# rsync's word for what it did not copy without -l/-D (a link, FIFO, device or socket there).
+_SKIPPED = re.compile(r'^skipping non-regular file "(.*)"$', re.MULTILINE)
 
 # Push: ``dvc push`` of these stages' cached outs to the DVC remote named, run on the cluster.
 Pusher = Callable[[str, Sequence[str]], Completed]
@@ -253,6 +300,7 @@ def fetch(
     if not stages and not targets:
         raise FetchError(f"the cluster's dvc.lock at {where} has no stages: nothing has finished there yet")
     chosen, results = select(stages, targets, known)
+    merge(read_local_lock(project), {})  # this side's lock is one fetch can merge into, before DVC reads it or anything moves
     staging_root = project / STAGING
     staging_root.mkdir(parents=True, exist_ok=True)
     hasher = Hasher(project)
@@ -260,7 +308,8 @@ def fetch(
     for result in results:
         say(describe(result))
     try:
-        plans = {name: _plan(name, stages[name], hasher) for name in chosen}
+        own = hasher.own_files()
+        plans = {name: _plan(name, stages[name], hasher, own) for name in chosen}
         puller = _shared(hasher, plans, staging_root, push, say)
         staged = staging_root / "rsync"
         staged.mkdir()
@@ -274,14 +323,13 @@ def fetch(
             results.append(result)
             say(describe(result))
             if result.fetched:
-                entries[name] = stages[name]
+                entries[name] = result.entry
     finally:
         # Also when stopped half-way (Ctrl-C, a failed copy): the stages placed by then are whole
         # and verified, so their entries are written, and a second fetch starts where this one ended.
         try:
             if entries:
-                lock = project / LOCK_NAME
-                write_atomic(lock, merge(lock.read_text() if lock.exists() else None, entries))
+                write_atomic(project / LOCK_NAME, merge(read_local_lock(project), entries))
         finally:
             hasher.close()
             shutil.rmtree(staging_root, ignore_errors=True)
@@ -290,56 +338,53 @@ def fetch(
 
 @dataclass(frozen=True)
 class Plan:
-    """One stage's outs, each marked by this side's dvc.yaml: cached or not (``cache: false``)."""
+    """One stage's outs, each a declared out here (cached or not: ``cache: false``), and the
+    entry's other fields (cmd, deps, params) as checked plain data."""
 
     outs: list[Out]
-    declared: bool  # this side's dvc.yaml defines the stage (else: every out by rsync, cached, as DVC's default)
+    fields: dict
 
 
-def _plan(name: str, entry: dict, hasher: Hasher) -> Plan | Result:
-    outs = outs_of(entry if isinstance(entry, dict) else {})
-    if not outs:
-        return Result(name, False, why="its entry there has no outs")
-    outside = [out.path for out in outs if PurePosixPath(out.path).is_absolute() or ".." in PurePosixPath(out.path).parts]
-    if outside:  # a lock entry is data from elsewhere: nothing it names may land outside this project
-        return Result(name, False, why=f"its entry there names outs outside the project: {', '.join(outside)}")
-    unhashed = [out.path for out in outs if not out.md5]
-    if unhashed:
-        return Result(name, False, why=f"its entry there has no md5 for {', '.join(unhashed)}")
-    declared = hasher.declared(name)
-    if declared is None:
-        return Plan(outs, False)
-    return Plan([replace(out, cached=_use_cache(declared.get(_norm(out.path)))) for out in outs], True)
-
-
-def _use_cache(output) -> bool:
-    return True if output is None else bool(output.use_cache)
-
-
-def _norm(path: str) -> str:
-    return posixpath.normpath(path)
+def _plan(name: str, entry: object, hasher: Hasher, own: frozenset[str]) -> Plan | Result:
+    """What to fetch of stage ``name``, its entry checked before any byte moves; a refused stage: its Result."""
+    try:
+        outs = trust.verify_outs(name, entry, hasher.declared(name), own)
+        if not outs:
+            return Result(name, False, why="its entry there has no outs")
+        fields = trust.entry_fields(name, entry)
+    except Refused as exc:
+        return Result(name, False, why=exc.headline.removeprefix(f"{shown(name)}: "), refused=True)
+    return Plan(outs, fields)
 
 
 def _shared(hasher: Hasher, plans: dict, staging_root: Path, push: Pusher | None, say: Callable[[str], None]) -> Puller | None:
     """Where the committed DVC config names a default remote: the wanted stages' cached outs pushed
     there by the cluster, and their objects pulled from it into a store of the staging folder."""
     remote = default_remote(hasher.repo) if push is not None else None
-    wanted = {name: plan for name, plan in plans.items() if isinstance(plan, Plan) and plan.declared and any(o.cached for o in plan.outs)}
+    wanted = {name: plan for name, plan in plans.items() if isinstance(plan, Plan) and any(o.cached for o in plan.outs)}
     if remote is None or not wanted or push is None:
         return None
     say(f"pushing {len(wanted)} stage(s)' cached outs to the DVC remote {remote!r} on the cluster")
     done = push(remote, list(wanted))
     if done.returncode != 0:  # what did go is used; a stage missing objects is refused below, object by object
         lines = [line for line in (done.stderr.strip() or done.stdout.strip()).splitlines() if line.strip()]
-        say(f"dvc push on the cluster did not finish cleanly (exit {done.returncode}): {lines[-1] if lines else 'no message'}")
+        say(f"dvc push on the cluster did not finish cleanly (exit {done.returncode}): {shown(lines[-1]) if lines else 'no message'}")
     puller = Puller(hasher.repo, remote, staging_root / "objects")
     puller.pull((out.hash_name, out.md5) for plan in wanted.values() for out in plan.outs if out.cached)
     return puller
 
 
 def _by_rsync(plan: Plan, puller: Puller | None) -> list[Out]:
-    """The outs of ``plan`` that come by rsync: all but the cached ones of a stage declared here, where a shared remote is used."""
-    return [out for out in plan.outs if not (puller is not None and plan.declared and out.cached)]
+    """The outs of ``plan`` that come by rsync: all but the cached ones, where a shared remote is used."""
+    return [out for out in plan.outs if not (puller is not None and out.cached)]
+
+
+def _skipped(done: Completed | None, out: Out) -> list[str]:
+    """What rsync did not copy of ``out`` for not being a regular file or folder there."""
+    if done is None:
+        return []
+    named = _SKIPPED.findall(f"{done.stdout}\n{done.stderr}")
+    return [path for path in named if path == out.path or path.startswith(f"{out.path}/")]
 
 
 def _fetch_stage(
@@ -352,19 +397,7 @@ def _fetch_stage(
     shared = [out for out in outs if out not in by_rsync]
     done = done if by_rsync else None
     try:
-        problems = []
-        for out in outs:
-            local = staged / out.path
-            if out in shared and not puller.lay_out(out.hash_name, out.md5, local):
-                problems.append(f"{out.path}: not whole in the DVC remote {puller.name!r} (not pushed there, or an object of it corrupt)")
-                continue
-            if not local.exists() and not local.is_symlink():
-                problems.append(f"{out.path}: missing there")
-                continue
-            got, _ = hasher.hash(local, out.hash_name)
-            if got != out.md5:
-                said = f"dvc.lock there says {out.md5}, the copy hashes to {got}"
-                problems.append(f"{out.path}: hash mismatch: {said} (changed there after the run recorded it?)")
+        problems, meta = _check(plan, staged, hasher, done, puller, shared)
         if problems and done is not None and done.returncode not in (0, 23, 24):  # not "some files missing": the copy itself failed
             raise RemoteError(
                 f"rsync from the cluster failed (exit {done.returncode}) while fetching {name}",
@@ -372,20 +405,64 @@ def _fetch_stage(
                 ["the cluster needs rsync on the PATH of a plain `ssh HOST` (no login shell)"],
             )
         if problems:
-            return Result(name, False, why="not taken, its dvc.lock entry not written", problems=problems)
-        size = files = 0
-        for out in outs:
-            src, dst = staged / out.path, project / out.path
-            hasher.cache(src, keep=out.cached)  # a cache: false out is no DVC object: `dvc status` does not look for one
-            bytes_, count = _size(src)
-            size, files = size + bytes_, files + count
-            _replace(src, dst)
-        notes = hasher.ignore(name) if plan.declared else []
+            return Result(name, False, why="not taken, its dvc.lock entry not written", problems=problems, refused=True)
+        size, files = _place(project, outs, staged, hasher)
+        notes = hasher.ignore(name)
         routes = {out.path: (f"DVC remote {puller.name!r}" if out in shared else RSYNC) for out in outs}
-        return Result(name, True, size=size, files=files, routes=routes, notes=notes)
+        entry = {**plan.fields, "outs": [_out_entry(out, meta[out.path]) for out in outs]}
+        return Result(name, True, size=size, files=files, routes=routes, notes=notes, entry=entry)
     finally:
         for out in outs:  # what was not taken: gone, so a refused stage leaves nothing behind
             _remove(staged / out.path)
+
+
+def _check(
+    plan: Plan, staged: Path, hasher: Hasher, done: Completed | None, puller: Puller | None, shared: list[Out]
+) -> tuple[list[str], dict[str, dict]]:
+    """What is wrong with the staged outs of ``plan`` (nothing: they may be placed), and each one's size fields."""
+    problems: list[str] = []
+    meta: dict[str, dict] = {}
+    mask = trust.umask()
+    for out in plan.outs:
+        local = staged / out.path
+        if out in shared and not puller.lay_out(out.hash_name, out.md5, local):
+            problems.append(f"{out.path}: not whole in the DVC remote {puller.name!r} (not pushed there, or an object of it corrupt)")
+            continue
+        special = [f"{shown(path)}: not a regular file or folder there (a link, FIFO, device or socket)" for path in _skipped(done, out)]
+        if special:
+            problems += special
+            continue
+        if not local.exists() and not local.is_symlink():
+            problems.append(f"{out.path}: missing there")
+            continue
+        found = trust.tree_problems(local, out.path)
+        if found:
+            problems += found
+            continue
+        trust.set_modes(local, mask)
+        got, meta[out.path] = hasher.hash(local, out.hash_name)
+        if got != out.md5:
+            said = f"dvc.lock there says {out.md5}, the copy hashes to {got}"
+            problems.append(f"{out.path}: hash mismatch: {said} (changed there after the run recorded it?)")
+    return problems, meta
+
+
+def _place(project: Path, outs: list[Out], staged: Path, hasher: Hasher) -> tuple[int, int]:
+    """The verified outs into the workspace (their objects into the cache first); their bytes and file count."""
+    size = files = 0
+    for out in outs:
+        src, dst = staged / out.path, project / out.path
+        hasher.cache(src, keep=out.cached)  # a cache: false out is no DVC object: `dvc status` does not look for one
+        bytes_, count = _size(src)
+        size, files = size + bytes_, files + count
+        _replace(src, dst)
+    return size, files
+
+
+def _out_entry(out: Out, meta: dict) -> dict:
+    """The lock entry of a verified out: its path as dvc.yaml writes it, the hash it was checked
+    against, the size this side counted; nothing else of the cluster's entry."""
+    return {"path": out.declared, **({"hash": "md5"} if out.hash_name == "md5" else {}), "md5": out.md5, **meta}
 
 
 def _remove(path: Path) -> None:
@@ -427,7 +504,8 @@ def describe(result: Result) -> str:
             how = _way(next(iter(ways)))
         lines = [f"fetched {result.stage}: {result.files} file(s), {_human(result.size)}" + (f" ({how})" if how else "")]
         return "\n".join([*lines, *(f"  {note}" for note in result.notes)])
-    lines = [f"skipped {result.stage}: {result.why}", *(f"  {p}" for p in result.problems)]
+    verb = "refused" if result.refused else "skipped"
+    lines = [f"{verb} {shown(result.stage)}: {result.why}", *(f"  {p}" for p in result.problems)]
     return "\n".join(lines)
 
 

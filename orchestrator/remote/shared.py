@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from orchestrator.remote.connection import RemoteError
+from orchestrator.remote.trust import MD5
 
 
 class SharedRemoteError(RemoteError):
@@ -137,8 +138,16 @@ class Puller:
             tree = Tree.load(store, HashInfo(hash_name, md5))
         except (FileNotFoundError, ObjectFormatError):
             return False
+        files = [(key, hi) for key, _, hi in tree]
+        if not all(_inside(key) and MD5.fullmatch(str(hi.value)) for key, hi in files):
+            return False  # a listing naming a file outside its folder (the cluster wrote it): nothing laid out
         dest.mkdir(parents=True, exist_ok=True)
-        return all(_copy(Path(store.oid_to_path(hi.value)), dest.joinpath(*key)) for key, _, hi in tree)
+        return all(_copy(Path(store.oid_to_path(hi.value)), dest.joinpath(*key)) for key, hi in files)
+
+
+def _inside(key: tuple) -> bool:
+    """A ``.dir`` listing's path, split: one that stays inside the folder it lists."""
+    return bool(key) and all(isinstance(part, str) and part not in ("", ".", "..") and "/" not in part and "\0" not in part for part in key)
 
 
 def _copy(src: Path, dst: Path) -> bool:

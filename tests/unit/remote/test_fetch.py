@@ -3,15 +3,23 @@ with a copier that copies from a local "cluster" folder instead of rsync over ss
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
+import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from orchestrator.errors import OrchestratorError
 from orchestrator.remote import fetch as fetching
+from orchestrator.remote import trust
 from orchestrator.remote.connection import RemoteError
 from orchestrator.util.runner import Completed
 
@@ -102,7 +110,7 @@ def test_a_file_changed_there_after_the_run_is_refused_and_its_entry_not_written
     by = {r.stage: r for r in results}
     assert by["train@1"].fetched and not by["train@2"].fetched
     assert "hash mismatch" in by["train@2"].problems[0] and by["train@2"].problems[0].startswith("out/2:")
-    assert any(line.startswith("skipped train@2: not taken, its dvc.lock entry not written") for line in said)
+    assert any(line.startswith("refused train@2: not taken, its dvc.lock entry not written") for line in said)
     assert list(yaml.safe_load((here / "dvc.lock").read_text())["stages"]) == ["train@1"]
     assert not (here / "out/2").exists() and not (here / "m2.json").exists()
 
@@ -147,11 +155,13 @@ def test_an_existing_local_out_is_replaced_and_other_entries_kept(cluster, tmp_p
 
 
 def test_an_entry_naming_a_path_outside_the_project_is_refused(tmp_path):
-    lock = yaml.safe_dump({"stages": {"evil": {"outs": [{"path": "../x", "hash": "md5", "md5": "d41d8cd98f00b204e9800998ecf8427e"}]}}})
+    lock = yaml.safe_dump(
+        {"stages": {"other": {"cmd": "x", "outs": [{"path": "../x", "hash": "md5", "md5": "d41d8cd98f00b204e9800998ecf8427e"}]}}}
+    )
     here = project(tmp_path / "ws")
     calls: list = []
     results = fetching.fetch(here, lock, "login:/c", [], [], copier(tmp_path, calls), print)
-    assert not results[0].fetched and "outside the project: ../x" in results[0].why and calls == []
+    assert not results[0].fetched and results[0].refused and "'../x': not inside the project" in results[0].why and calls == []
 
 
 def test_a_folder_out_replaces_a_file_of_that_name_here(cluster, tmp_path):
@@ -176,8 +186,9 @@ def test_select_names_items_matrices_and_unfinished_stages():
 def test_nothing_finished_there_is_an_error(tmp_path):
     with pytest.raises(fetching.FetchError, match="has no stages"):
         fetching.fetch(tmp_path, "schema: '2.0'\nstages: {}\n", "login:/c", [], [], copier(tmp_path), print)
-    with pytest.raises(fetching.FetchError, match="not one DVC wrote"):
+    with pytest.raises(fetching.Refused, match="not one DVC wrote") as caught:
         fetching.fetch(tmp_path, "- a list\n", "login:/c", [], [], copier(tmp_path), print)
+    assert caught.value.exit_code == 1
 
 
 def test_merge_replaces_only_the_fetched_stages():
@@ -187,9 +198,14 @@ def test_merge_replaces_only_the_fetched_stages():
     assert yaml.safe_load(fetching.merge(None, {"a": {}})) == {"schema": "2.0", "stages": {"a": {}}}
 
 
-def test_outs_of_tells_dvc2_from_dvc3_entries():
-    outs = fetching.outs_of({"outs": [{"path": "a", "hash": "md5", "md5": "x", "size": 1}, {"path": "d", "md5": "y.dir"}]})
-    assert [(o.path, o.hash_name, o.isdir) for o in outs] == [("a", "md5", False), ("d", "md5-dos2unix", True)]
+def test_verify_outs_tells_dvc2_from_dvc3_entries():
+    declared = {"a": fetching.Declared("a", True), "d": fetching.Declared("d/", False)}
+    entry = {"outs": [{"path": "a", "hash": "md5", "md5": "0" * 32, "size": 1}, {"path": "d", "md5": "f" * 32 + ".dir"}]}
+    outs = trust.verify_outs("s", entry, declared)
+    assert [(o.path, o.hash_name, o.isdir, o.declared, o.cached) for o in outs] == [
+        ("a", "md5", False, "a", True),
+        ("d", "md5-dos2unix", True, "d/", False),
+    ]
 
 
 def test_rsync_copier_rides_the_session_master_with_one_rsync_for_every_path(tmp_path):
@@ -209,7 +225,7 @@ def test_rsync_copier_rides_the_session_master_with_one_rsync_for_every_path(tmp
     copy(paths, into)
     assert seen == [
         [
-            "rsync", "-a", "-r", "--partial", "-s", "-e", "ssh -o 'ControlPath=~/.ssh/orchestrator-%C'", "--from0",
+            "rsync", "-rt", "--chmod=D0777,F0666", "--partial", "-s", "-e", "ssh -o 'ControlPath=~/.ssh/orchestrator-%C'", "--from0",
             f"--files-from={tmp_path}/.staged.files", "login:/p/my proj/", f"{into}/",
         ]
     ]  # fmt: skip
@@ -331,3 +347,261 @@ def test_the_push_there_resolves_its_stages_once_and_names_the_unknown_ones(shar
     assert sharing.push(there, "shared", ["train@1", "train@2", "nope"]) == (4, "no stage nope in dvc.yaml here")
     assert sharing.push(there, "shared", ["train@1", "train@2"]) == (0, None)  # all there already: nothing sent again
     assert len([p for p in remote.rglob("*") if p.is_file()]) == 4
+
+
+# --- what comes from the cluster is data (issue 33) ------------------------------------------------
+
+
+def md5_of(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def hostile(cluster: Path, tmp_path: Path, stage: str, files: dict[str, bytes], mode: int = 0o755) -> Path:
+    """A copy of the cluster's project whose lock entry for ``stage`` also names ``files`` (path -> bytes),
+    planted there with ``mode`` and their true md5: all a hash check can see is right."""
+    there = tmp_path / "there"
+    shutil.copytree(cluster, there)
+    lock = yaml.safe_load((there / "dvc.lock").read_text())
+    for path, data in files.items():
+        (there / path).parent.mkdir(parents=True, exist_ok=True)
+        (there / path).write_bytes(data)
+        (there / path).chmod(mode)
+        lock["stages"][stage]["outs"].append({"path": path, "hash": "md5", "md5": md5_of(data), "size": len(data)})
+    (there / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    return there
+
+
+HOOK = b"#!/bin/sh\ntouch hook-ran\n"
+
+
+def test_an_out_the_stage_does_not_declare_here_is_refused_with_its_stage(cluster, tmp_path):
+    there = hostile(cluster, tmp_path, "train@1", {".git/hooks/pre-commit": HOOK, "notes.txt": b"x"})
+    here = project(tmp_path / "ws", git=True)
+    results, said = run_fetch(here, there)
+    by = {r.stage: r for r in results}
+    assert by["train@2"].fetched and not by["train@1"].fetched and by["train@1"].refused
+    why = "its entry there names '.git/hooks/pre-commit': inside .git/, where git, DVC or the orchestrator keep their state"
+    assert said.count(f"refused train@1: {why}") == 1, said
+    assert not (here / ".git/hooks/pre-commit").exists() and not (here / "out/1").exists()
+    assert list(yaml.safe_load((here / "dvc.lock").read_text())["stages"]) == ["train@2"]
+
+    there = hostile(cluster, tmp_path / "b", "train@1", {"notes.txt": b"x"})  # a plain file, but not an out of train@1 here
+    results, said = run_fetch(project(tmp_path / "ws2"), there, ["train@1"])
+    assert results[0].refused and "'notes.txt', which this project's dvc.yaml does not declare an out of train@1" in said[-1], said
+
+
+def test_a_stage_this_dvc_yaml_does_not_define_is_refused(cluster, tmp_path):
+    there = tmp_path / "there"
+    shutil.copytree(cluster, there)
+    lock = yaml.safe_load((there / "dvc.lock").read_text())
+    lock["stages"]["ghost"] = json.loads(json.dumps(lock["stages"]["train@1"]))  # a copy: no YAML alias
+    (there / "dvc.lock").write_text(yaml.safe_dump(lock))
+    here = project(tmp_path / "ws")
+    results, said = run_fetch(here, there)
+    assert [(r.stage, r.fetched, r.refused) for r in results] == [
+        ("ghost", False, True),
+        ("train@1", True, False),
+        ("train@2", True, False),
+    ]
+    assert "refused ghost: this project's dvc.yaml has no such stage" in said
+
+
+@pytest.mark.parametrize(
+    ("out", "why"),
+    [
+        (".GIT/hooks", "inside .GIT/"),  # .git/hooks itself DVC refuses as an out (ignored by .git)
+        (".orchestrator/x", "inside .orchestrator/"),
+        ("params.yaml", "one of the pipeline's own files"),
+        ("sub/.gitignore", "one of the pipeline's own files"),
+    ],
+)
+def test_state_folders_and_pipeline_files_are_never_placed_even_when_dvc_yaml_declares_them(tmp_path, out, why):
+    here = project(tmp_path / "ws")
+    (here / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"evil": {"cmd": "true", "outs": [out]}}}))
+    lock = yaml.safe_dump(
+        {"schema": "2.0", "stages": {"evil": {"cmd": "true", "outs": [{"path": out, "hash": "md5", "md5": md5_of(b"x")}]}}}
+    )
+    source = tmp_path / "there"
+    (source / out).parent.mkdir(parents=True)
+    (source / out).write_bytes(b"x")
+    calls: list = []
+    results = fetching.fetch(here, lock, "login:/c", [], ["evil"], copier(source, calls), print)
+    assert results[0].refused and why in results[0].why and calls == []
+    assert not (here / out).exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        (".git/hooks/pre-commit", "inside .git/"),
+        ("sub/.Git/config", "inside .Git/"),
+        ("a/.dvc/config", "inside .dvc/"),
+        ("data.dvc", "one of the pipeline's own files"),
+        ("dvc.lock", "one of the pipeline's own files"),
+        ("x/.dvcignore", "one of the pipeline's own files"),
+        ("out/../../x", "not inside the project"),
+        ("/etc/passwd", "an absolute path"),
+        ("a\0b", "not a plain path"),
+    ],
+)
+def test_paths_never_placed(path, why):
+    assert why in trust.path_problem(path)
+
+
+def test_a_folder_out_holding_a_git_folder_or_a_fifo_is_refused(cluster, tmp_path):
+    there = tmp_path / "there"
+    shutil.copytree(cluster, there)
+    (there / "out/1/.git/hooks").mkdir(parents=True)
+    (there / "out/1/.git/hooks/pre-commit").write_bytes(HOOK)
+    os.mkfifo(there / "out/2/pipe")
+
+    def copy(paths, into):  # as rsync -a did: the FIFO made here too
+        def one(src, dst):
+            os.mkfifo(dst) if stat.S_ISFIFO(os.lstat(src).st_mode) else shutil.copy2(src, dst)
+
+        for path in paths:
+            (into / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(there / path, into / path, copy_function=one) if (there / path).is_dir() else one(there / path, into / path)
+        return Completed(("rsync",), 0, "", "")
+
+    lock = yaml.safe_load((there / "dvc.lock").read_text())
+    lock["stages"]["train@1"]["outs"][0]["md5"] = dir_md5(there / "out/1", tmp_path)  # the hash a DVC there would record
+    (there / "dvc.lock").write_text(yaml.safe_dump(lock))
+    here = project(tmp_path / "ws")
+    results, said = run_fetch(here, there, copy=copy)
+    assert [(r.stage, r.refused) for r in results] == [("train@1", True), ("train@2", True)], said
+    assert "out/1/.git: inside .git/, where git, DVC or the orchestrator keep their state: never placed" in results[0].problems
+    assert results[1].problems == ["out/2/pipe: not a regular file or folder (a FIFO): never placed"]
+    assert not (here / "out").exists() and not (here / "dvc.lock").exists()
+
+
+def dir_md5(folder: Path, scratch: Path) -> str:
+    from dvc_data.hashfile.build import build
+    from dvc_data.hashfile.db.local import LocalHashFileDB
+    from dvc_objects.fs.local import LocalFileSystem
+
+    fs = LocalFileSystem()
+    _, _, obj = build(LocalHashFileDB(fs, str(scratch / "odb")), str(folder), fs, "md5")
+    return obj.hash_info.value
+
+
+def test_files_get_the_umask_mode_not_the_clusters_and_the_lock_keeps_its_mode(cluster, tmp_path):
+    there = tmp_path / "there"
+    shutil.copytree(cluster, there)
+    (there / "out/1/w.txt").chmod(0o4755)  # copy2, as rsync -a, keeps it
+    (there / "m1.json").chmod(0o777)
+    here = project(tmp_path / "ws")
+    (here / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {}}))
+    (here / "dvc.lock").chmod(0o664)
+    old = os.umask(0o027)
+    try:
+        results, said = run_fetch(here, there, ["train@1"])
+    finally:
+        os.umask(old)
+    assert results[0].fetched, said
+    assert stat.S_IMODE((here / "out/1/w.txt").stat().st_mode) == 0o640
+    assert stat.S_IMODE((here / "m1.json").stat().st_mode) == 0o640
+    assert stat.S_IMODE((here / "out/1").stat().st_mode) == 0o750
+    assert stat.S_IMODE((here / "dvc.lock").stat().st_mode) == 0o664
+
+    (here / "dvc.lock").unlink()  # a new lock: the mode the umask gives, not mkstemp's 0600
+    run_fetch(here, there, ["train@1"])
+    assert stat.S_IMODE((here / "dvc.lock").stat().st_mode) == 0o666 & ~old
+
+
+def test_only_checked_fields_reach_the_local_lock(cluster, tmp_path):
+    there = tmp_path / "there"
+    shutil.copytree(cluster, there)
+    lock = yaml.safe_load((there / "dvc.lock").read_text())
+    lock["stages"]["train@1"]["outs"][0] |= {"isexec": True, "size": 1}  # a size this side counts itself
+    lock["stages"]["train@2"]["frozen"] = True  # not a lock field
+    (there / "dvc.lock").write_text(yaml.safe_dump(lock))
+    here = project(tmp_path / "ws")
+    results, said = run_fetch(here, there)
+    assert [(r.stage, r.fetched) for r in results] == [("train@1", True), ("train@2", False)], said
+    assert results[1].refused and "train@2" in said[-1] and "extra keys not allowed" in said[-1], said
+    written = yaml.safe_load((here / "dvc.lock").read_text())["stages"]["train@1"]
+    clean = yaml.safe_load((cluster / "dvc.lock").read_text())["stages"]["train@1"]
+    assert written == clean
+
+
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(20)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("schema: '2.0'\nstages:\n  train@1:\n    cmd: x\n    deps: &d [{path: a}]\n    params: {p: *d}\n", "anchors or aliases"),
+        ("stages:\n  laughs:\n    " + BILLION_LAUGHS.replace("\n", "\n    "), "anchors or aliases"),
+        ("stages: " + "[" * 200 + "]" * 200 + "\n", "nests deeper than"),
+        ("stages: !!binary aGVsbG8=\n", "a bytes value"),
+        ("stages: {1: {}}\n", "a key that is not text"),
+    ],
+)
+def test_a_lock_that_is_not_plain_data_is_refused_at_once(tmp_path, text, why):
+    here = project(tmp_path / "ws")
+    started = time.monotonic()
+    with pytest.raises(fetching.Refused) as caught:
+        fetching.fetch(here, text, "login:/c", [], ["train"], copier(tmp_path), print)
+    assert time.monotonic() - started < 5 and why in caught.value.headline and caught.value.exit_code == 1
+    assert caught.value.headline.startswith("the dvc.lock at login:/c ") and not (here / "dvc.lock").exists()
+
+
+def test_a_lock_over_the_cap_is_refused_unread(tmp_path, monkeypatch):
+    monkeypatch.setattr(trust, "MAX_LOCK_BYTES", 1024)
+    with pytest.raises(fetching.Refused, match="is over 0 MiB: not read"):
+        fetching.fetch(tmp_path, "stages: {}\n" + "#" * 1024, "login:/c", [], [], copier(tmp_path), print)
+
+
+def test_a_damaged_local_lock_is_named_before_anything_moves(cluster, tmp_path):
+    here = project(tmp_path / "ws")
+    (here / "dvc.lock").write_text(BILLION_LAUGHS)
+    calls: list = []
+    with pytest.raises(fetching.FetchError, match=r"the dvc.lock at dvc.lock here has YAML anchors or aliases .*fix or remove it"):
+        run_fetch(here, cluster, copy=copier(cluster, calls))
+    assert calls == [] and not (here / "out").exists()
+
+
+def test_a_listing_in_the_shared_remote_naming_a_path_outside_its_folder_is_not_laid_out(tmp_path):
+    from orchestrator.remote import shared
+
+    assert not shared._inside(("..", "x")) and not shared._inside(("a", "")) and not shared._inside(())
+    assert shared._inside(("a", "b.txt"))
+
+
+# Paths a hostile lock would name, and random text besides.
+PATHS = st.one_of(
+    st.sampled_from(["out/1", "out/1/", "./out/1", "out//1", "out/1/..", "../out/1", "/out/1", ".git/hooks/pre-commit", "OUT/1"]),
+    st.sampled_from(["m1.json", ".GIT/x", "out/1/.git", "params.yaml", "dvc.lock", "a\0b", "out\\1", "", ".", "..", "x.dvc"]),
+    st.text(alphabet=st.sampled_from("ab./\\\0.-_gitdvc"), max_size=24),
+    st.text(max_size=12),
+    st.integers(),
+    st.none(),
+)
+MD5S = st.one_of(st.just("0" * 32), st.just("f" * 32 + ".dir"), st.text(max_size=40), st.integers(), st.none())
+OUT = st.one_of(
+    st.fixed_dictionaries({"path": PATHS, "md5": MD5S}, optional={"hash": st.sampled_from(["md5", "sha256", 1])}),
+    st.lists(st.integers(), max_size=2),
+    st.text(max_size=4),
+    st.none(),
+)
+ENTRY = st.one_of(
+    st.fixed_dictionaries({"outs": st.one_of(st.lists(OUT, max_size=4), OUT)}), st.lists(OUT, max_size=2), st.none(), st.text()
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(entry=ENTRY, name=st.sampled_from(["train@1", "ghost", "a\x1b[2Jb"]))
+def test_verified_outs_are_declared_outs_inside_the_project_or_an_orchestrator_error(entry, name, tmp_path_factory):
+    declared = {"out/1": fetching.Declared("out/1", True), "m1.json": fetching.Declared("m1.json", False)}
+    root = Path("/project")
+    try:
+        outs = trust.verify_outs(name, entry, declared if name == "train@1" else None, frozenset({"params.yaml"}))
+    except OrchestratorError as exc:
+        assert exc.exit_code == 1 and "\x1b" not in exc.headline and "\0" not in exc.headline
+        return
+    for out in outs:
+        assert out.path in declared and out.declared == declared[out.path].path
+        assert (root / out.path).resolve().is_relative_to(root) and trust.MD5.fullmatch(out.md5)
