@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,7 +201,29 @@ def breakdown(events: Iterable[Event]) -> Breakdown:
 
 
 def _events(prof: torch.profiler.profile) -> list[Event]:
-    return [Event(e.name(), e.activity_type(), e.start_ns() / 1000, e.end_ns() / 1000) for e in prof.profiler.kineto_results.events()]
+    return [Event(e.name(), activity_kind(e), e.start_ns() / 1000, e.end_ns() / 1000) for e in prof.profiler.kineto_results.events()]
+
+
+# CUDA's and HIP's runtime and driver calls by name (cudaLaunchKernel, cuLaunchKernelEx, hipMemcpyAsync), never
+# an operator's (aten::..., a module's): for PyTorch builds whose events do not say their kind.
+_RUNTIME_CALL = re.compile(r"(cuda|cu|hip)[A-Z]")
+
+
+def activity_kind(event) -> str:
+    """Kineto's activity type of ``event`` (a ``_KinetoEvent``): ``kernel``, ``cpu_op``, ``cuda_runtime``, ...
+
+    PyTorch 2.12 and later say it (``activity_type()``); the 2.11 of the GPU images
+    does not, so there it is told from what the event does say: its device, whether
+    it is an annotation, and the names CUDA gives copies, sets and its API calls.
+    """
+    if hasattr(event, "activity_type"):
+        return event.activity_type()
+    name = event.name()
+    if event.device_type() != torch.autograd.DeviceType.CPU:
+        return "gpu_memcpy" if name.startswith("Memcpy") else "gpu_memset" if name.startswith("Memset") else "kernel"
+    if event.is_user_annotation():
+        return "user_annotation"
+    return "cuda_runtime" if _RUNTIME_CALL.match(name) else "cpu_op"
 
 
 def _operators(prof: torch.profiler.profile, steps: int) -> dict[str, dict[str, float]]:

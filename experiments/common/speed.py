@@ -71,20 +71,6 @@ def untimed_steps(mode: str | None) -> int:
     return _UNTIMED_STEPS[mode]
 
 
-def allocator_defaults() -> None:
-    """Expandable segments for PyTorch's CUDA allocator, unless the environment says otherwise.
-
-    A large batch fills most of the GPU (the LM's `large` at batch 32 takes 68 of an H100's
-    80 GB), where fixed-size segments fragment until an allocation fails and the allocator
-    frees its whole cache and retries, a device-wide sync inside the step; growing
-    segments in place avoids that (torchtitan's default too). Read at CUDA's first use, so
-    call it before anything touches the GPU.
-    """
-    import os
-
-    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-
-
 ATTENTION = ("auto", "cudnn", "flash", "efficient", "math")
 
 

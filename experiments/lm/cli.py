@@ -135,7 +135,6 @@ def build_trainer(args: argparse.Namespace, callbacks: Sequence[pl.Callback], lo
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = ()) -> None:
     """``callbacks``: more Lightning callbacks, run before the run's own (the tests deliver the requeue signal with one)."""
-    speed.allocator_defaults()
     parser = build_parser()
     args = parse_args(parser, argv)
     run = Run(args, callbacks)

@@ -109,6 +109,44 @@ def test_categories_of_events(profiling, name, kind, expected):
     assert profiling.category(_ev(profiling, name, kind, 0, 1)) == expected
 
 
+class _OldKinetoEvent:
+    """A profiler event as PyTorch 2.11 gives it (the GPU images' torch): no ``activity_type()``."""
+
+    def __init__(self, name: str, on_device: bool = False, annotation: bool = False):
+        import torch
+
+        self._name, self._annotation = name, annotation
+        self._device = torch.autograd.DeviceType.CUDA if on_device else torch.autograd.DeviceType.CPU
+
+    def name(self) -> str:
+        return self._name
+
+    def device_type(self):
+        return self._device
+
+    def is_user_annotation(self) -> bool:
+        return self._annotation
+
+
+@pytest.mark.parametrize(
+    ("event", "kind"),
+    [
+        (dict(name="void at::native::vectorized_elementwise_kernel<4>", on_device=True), "kernel"),
+        (dict(name="Memcpy HtoD (Pageable -> Device)", on_device=True), "gpu_memcpy"),
+        (dict(name="Memset (Device)", on_device=True), "gpu_memset"),
+        (dict(name="cudaLaunchKernel"), "cuda_runtime"),
+        (dict(name="cuLaunchKernelEx"), "cuda_runtime"),
+        (dict(name="hipMemcpyAsync"), "cuda_runtime"),
+        (dict(name="aten::mm"), "cpu_op"),
+        (dict(name="cutlass_heuristics"), "cpu_op"),
+        (dict(name="ProfilerStep#7", annotation=True), "user_annotation"),
+    ],
+)
+def test_events_without_their_kind_are_told_by_device_and_name(profiling, event, kind):
+    # Issue 37's first H100 lease: every profiled run failed on torch 2.11 ('_KinetoEvent' has no 'activity_type').
+    assert profiling.activity_kind(_OldKinetoEvent(**event)) == kind
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

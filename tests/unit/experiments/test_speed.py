@@ -295,3 +295,41 @@ def test_a_compiled_run_resumes_exactly_and_its_checkpoints_load_uncompiled(in_p
         torch.testing.assert_close(switched[name], eager[name], rtol=0, atol=1e-4)
     # ...and the uncompiled model loads the compiled run's final weights as they are.
     CausalLM.load_from_checkpoint(in_process / "whole/model/model.ckpt", map_location="cpu", weights_only=False)
+
+
+# --- the attention kernel ---------------------------------------------------------------------
+
+
+def test_attention_auto_keeps_pytorchs_order_on_cpu_and_named_kernels_need_a_gpu(in_process, capsys):
+    from experiments.common import speed
+
+    args = parse([])
+    assert args.attention == "auto"
+    assert speed.attention_form("auto", "cpu") == "default"
+    with speed.attention_kernels("auto", "cpu"):  # nothing changed: the CPU run's kernels are PyTorch's own
+        pass
+    with pytest.raises(SystemExit) as exit:
+        parse(["--attention", "cudnn"])
+    assert exit.value.code == 2
+    assert "--attention cudnn needs a GPU; valid on CPU: auto, math" in capsys.readouterr().err
+    assert parse(["--attention", "math"]).attention == "math"
+
+
+def test_attention_auto_puts_cudnn_first_on_hopper(monkeypatch):
+    require_training()
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from experiments.common import speed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    assert speed.attention_form("auto", "gpu") == "cudnn"
+    before = torch._C._get_sdp_priority_order()
+    with speed.attention_kernels("auto", "gpu"):
+        assert torch._C._get_sdp_priority_order()[0] == int(SDPBackend.CUDNN_ATTENTION)
+    assert torch._C._get_sdp_priority_order() == before  # restored after the fit
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # an A100: PyTorch's order
+    assert speed.attention_form("auto", "gpu") == "default"
