@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import click
 
 from orchestrator.analysis import layout as lay
-from orchestrator.cli.options import cluster_option
+from orchestrator.cli.options import FiniteFloat, cluster_option
 from orchestrator.errors import PlanError
 
 _COUNT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)(e[+-]?\d+)?\s*([kmbt]?)\s*", re.IGNORECASE)
@@ -51,7 +51,7 @@ class _Inputs:
     recompute: lay.Recompute
 
 
-_POSITIVE = click.FloatRange(min=0, min_open=True)
+_POSITIVE = FiniteFloat(min=0, min_open=True)  # nan and inf would price a layout at nothing or forever
 
 
 @click.command("plan")

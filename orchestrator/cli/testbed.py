@@ -11,6 +11,7 @@ import time
 
 import click
 
+from orchestrator.cli.options import FiniteFloat
 from orchestrator.testbed.cluster import Testbed
 from orchestrator.testbed.settings import Settings
 
@@ -29,7 +30,9 @@ def testbed() -> None:
 
 
 @testbed.command()
-@click.option("--timeout", type=float, default=120.0, show_default=True, help="Seconds each daemon gets to come up.")
+@click.option(
+    "--timeout", type=FiniteFloat(min=0, min_open=True), default=120.0, show_default=True, help="Seconds each daemon gets to come up."
+)
 def up(timeout: float) -> None:
     """Install, configure and start what is missing; quick when already up."""
     start = time.monotonic()

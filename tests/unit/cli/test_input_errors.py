@@ -310,3 +310,12 @@ def test_the_force_variable_reads_yes_and_no(monkeypatch, value):
 
     monkeypatch.setenv("ORCH_FORCE", value)
     assert invocation.force_variable() is (value.lower() in ("1", "yes", "true"))
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
+def test_testbed_timeout_must_be_a_finite_positive_number(value):
+    # Refused by click before anything is started: nan would make every wait for a daemon end at once or never (issue 33).
+    result = invoke("testbed", "up", "--timeout", value)
+    assert result.exit_code == 2
+    assert "Invalid value for '--timeout'" in result.output
+    assert "Traceback" not in result.output

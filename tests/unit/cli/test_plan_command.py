@@ -103,6 +103,10 @@ def test_cli_options_override_the_profile():
         (["--parameters", "1B", "--gpus", "8", "--cluster", "local"], "cluster local has no GPUs in its profile"),
         (["--parameters", "1B", "--gpus", "8", "--cluster", "lumi-c"], "unknown cluster 'lumi-c'"),
         (["--parameters", "1B", "--gpus", "0", "--cluster", "lumi"], "Invalid value for '--gpus'"),
+        # nan passes every comparison and inf has no maximum to fail: either would price the layout (issue 33).
+        (["--parameters", "1B", "--gpus", "8", "--cluster", "lumi", "--peak-tflops", "nan"], "'nan' is not a finite number"),
+        (["--parameters", "1B", "--gpus", "8", "--cluster", "lumi", "--inter-node-gbps", "inf"], "'inf' is not a finite number"),
+        (["--parameters", "1B", "--gpus", "8", "--gpus-per-node", "8", "--gpu-memory-gb", "nan"], "'nan' is not a finite number"),
     ],
 )
 def test_cli_bad_input_exits_non_zero_without_a_traceback(args, message):
