@@ -156,18 +156,19 @@ class Params:
         return from_data(merge(self.data, overlay), source=f"{PARAMS_FILE} with clusters.{cluster}")
 
 
-def section_text(cluster: str, account_example: str | None = None) -> str:
+def section_text(cluster: str, account_example: str | None = None, *, account: str | None = None, image: str | None = None) -> str:
     """The ``orchestrator`` section `orchestrator init` appends to a project's params.yaml:
-    every key a new project must decide on, with what it may be (the account left null)."""
+    every key a new project must decide on, with what it may be (the account null unless given,
+    the image ``none`` unless given)."""
     example = f", e.g. {account_example}" if account_example else ""
     return (
         "# How `orchestrator run` runs this project's stages (added by `orchestrator init`).\n"
         "orchestrator:\n"
         f"  cluster: {_yaml_scalar(cluster)}  # the profile jobs run on: local (this machine), a built-in "
         "(`orchestrator clusters`) or a profile file\n"
-        f"  account: null  # your Slurm account{example} (needed on a Slurm cluster)\n"
-        f"  image: {NO_IMAGE}  # what the tasks run in on a cluster: {NO_IMAGE} (the host), a containers/images.yaml entry, "
-        "or your own image file (a path ending .sif)\n"
+        f"  account: {_yaml_scalar(account) if account else 'null'}  # your Slurm account{example} (needed on a Slurm cluster)\n"
+        f"  image: {_yaml_scalar(image or NO_IMAGE)}  # what the tasks run in on a cluster: {NO_IMAGE} (the host), "
+        "a containers/images.yaml entry, or your own image file (a path ending .sif)\n"
     )
 
 
