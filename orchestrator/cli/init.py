@@ -5,6 +5,14 @@ as text, so the user's formatting and comments stay as they are), ``.orchestrato
 (scripts, logs, the job ledger: this workspace's state) to .gitignore and .dvcignore
 where they do not ignore it yet, and a containers/images.yaml skeleton when there is
 none. Run twice, the second run changes nothing and says so.
+
+It says of each stage of dvc.yaml whether it runs through `orchestrator run` and, if not,
+how to make it; ``--wrap STAGE`` / ``--wrap-all`` do it (:mod:`orchestrator.pipeline.wrap`),
+the only change init makes to a file's existing text, and then in one rename.
+
+The section it writes must be one the profile accepts (`render --check` must not fail on
+init's own output): a Slurm profile needs ``--account``, a profile that runs tasks in a
+container needs ``--image``, and init refuses without them, naming what to pass.
 """
 
 from __future__ import annotations
@@ -33,28 +41,77 @@ class Change:
 
 @click.command()
 @cluster_option("The profile this workspace runs on, written to params.yaml", default="default: local")
+@click.option("--account", default=None, help="Your Slurm account on that cluster, written to params.yaml (needed on a Slurm cluster).")
+@click.option(
+    "--image",
+    default=None,
+    help="What the tasks run in there, written to params.yaml: a containers/images.yaml entry or your image file "
+    "(a path ending .sif); needed where the profile runs tasks in a container.",
+)
+@click.option(
+    "--wrap",
+    "wrap",
+    multiple=True,
+    metavar="STAGE",
+    help="Run this stage through the orchestrator: its cmd after `orchestrator run --`, its outputs persist: true, "
+    "provenance.json declared beside its metrics (dvc.yaml rewritten in one rename, its comments kept). Repeatable.",
+)
+@click.option("--wrap-all", is_flag=True, help="--wrap every stage that can be wrapped (the others are named, with why).")
 @project_option
-def init(cluster: str | None, project: Path) -> None:
+def init(cluster: str | None, account: str | None, image: str | None, wrap: tuple[str, ...], wrap_all: bool, project: Path) -> None:
     """Add what an existing DVC project needs (params, ignores, images.yaml); change nothing else.
 
     Appends the `orchestrator:` section to params.yaml unless it has one, adds
     `.orchestrator/` to .gitignore and .dvcignore unless they ignore it, and
-    writes containers/images.yaml unless it exists. Idempotent.
+    writes containers/images.yaml unless it exists. Says of each stage whether it
+    runs through `orchestrator run`, and how to make it (--wrap). Idempotent.
     """
-    changes = adopt(project, cluster)
+    changes, stages = adopt(project, cluster, account=account, image=image, wrap=wrap, wrap_all=wrap_all)
     for c in changes:
         click.echo(f"{c.path}: {c.what}")
+    for line in stage_lines(stages):
+        click.echo(line)
     if not any(c.changed for c in changes):
         click.echo("nothing to do: this project is set up already")
         return
-    click.echo(
-        "next: set orchestrator.account (and orchestrator.image: none, an images.yaml entry, or your .sif) in params.yaml, "
-        "then `orchestrator render --cluster NAME --check`"
-    )
+    click.echo("next: `orchestrator render --check` (and `--cluster NAME` for another cluster), then `dvc repro`")
 
 
-def adopt(root: Path, cluster: str | None) -> list[Change]:
-    """Bring ``root`` (a folder with dvc.yaml) up to what the orchestrator needs; one Change per file.
+def stage_lines(stages) -> list[str]:
+    """A line per stage of dvc.yaml: orchestrated or not, and what to do about it."""
+    from orchestrator.pipeline import wrap
+
+    lines = []
+    for s in stages:
+        if s.wrapped and not s.todo:
+            lines.append(f"stage {s.name}: runs through `orchestrator run`")
+        elif s.wrapped:
+            lines.append(
+                f"stage {s.name}: runs through `orchestrator run`, but needs {'; '.join(s.todo)}: `orchestrator init --wrap {s.name}`"
+            )
+        elif s.problem:
+            lines.append(f"stage {s.name}: runs on this machine as DVC runs it; init cannot wrap it: {s.problem}")
+        else:
+            lines.append(
+                f"stage {s.name}: runs on this machine as DVC runs it; to run it as a job, its cmd must start with "
+                f"`{wrap.PREFIX}` (then `orchestrator run --help` for nodes, GPUs, time): `orchestrator init --wrap {s.name}` does it"
+            )
+    if not stages:
+        lines.append("dvc.yaml has no stages yet: add one (dvc stage add), then `orchestrator init --wrap STAGE`")
+    return lines
+
+
+def adopt(
+    root: Path,
+    cluster: str | None,
+    *,
+    account: str | None = None,
+    image: str | None = None,
+    wrap: tuple[str, ...] = (),
+    wrap_all: bool = False,
+) -> tuple[list[Change], list]:
+    """Bring ``root`` (a folder with dvc.yaml) up to what the orchestrator needs; one Change per
+    file, and each stage of dvc.yaml as it is afterwards (:class:`orchestrator.pipeline.wrap.Stage`).
 
     Every file is read and checked before any is written: a refusal leaves the project as it was."""
     from orchestrator.pipeline.stages import PIPELINE_FILE
@@ -64,11 +121,17 @@ def adopt(root: Path, cluster: str | None) -> list[Change]:
             f"{str(root.absolute())!r} has no {PIPELINE_FILE}: `orchestrator init` adds to an existing DVC project",
             hints=[f"run it in the folder with {PIPELINE_FILE} (or give --project), or make the pipeline first (dvc init, dvc stage add)"],
         )
-    steps = [_params(root, cluster), *(_ignore(root, name) for name in (".gitignore", ".dvcignore")), _images(root)]
+    pipeline, stages = _pipeline(root, wrap, wrap_all)
+    steps = [
+        _params(root, cluster, account, image),
+        *(_ignore(root, name) for name in (".gitignore", ".dvcignore")),
+        _images(root),
+        pipeline,
+    ]
     for _, write in steps:
         if write is not None:
             write()
-    return [change for change, _ in steps]
+    return [change for change, _ in steps], stages
 
 
 # params.yaml, .gitignore and .dvcignore are small text files; init appends to them as UTF-8.
@@ -98,7 +161,7 @@ def _appender(path: Path, text: str) -> Callable[[], None]:
     return write
 
 
-def _params(root: Path, cluster: str | None) -> Step:
+def _params(root: Path, cluster: str | None, account: str | None, image: str | None) -> Step:
     from orchestrator.config import params, profile
     from orchestrator.util import yamlio
 
@@ -108,13 +171,18 @@ def _params(root: Path, cluster: str | None) -> Step:
     if not isinstance(data, dict):
         raise OrchestratorError(f"{path}: expected a mapping at the top level, found {type(data).__name__}; fix it, then run init again")
     name = cluster or params.DEFAULT_CLUSTER
-    example = profile.load(name).profile.scheduler.account_example  # an unknown profile: one error, with the valid names
+    loaded = profile.load(name)  # an unknown profile: one error, with the valid names
+    example = loaded.profile.scheduler.account_example
     if "orchestrator" in data:
         section = data["orchestrator"]
         current = section.get("cluster") if isinstance(section, dict) else None
-        unwritten = f"; --cluster {cluster} not written: set orchestrator.cluster yourself" if cluster and cluster != current else ""
+        # What the user asked for that differs from what is there: said, never silently dropped.
+        given = [f"--{k} {v}" for k, v in (("cluster", cluster), ("account", account), ("image", image)) if v is not None]
+        given = [g for g in given if g != f"--cluster {current}"]
+        unwritten = f"; {' '.join(given)} not written: set it in that section yourself" if given else ""
         return Change(params.PARAMS_FILE, False, f"has an orchestrator section already (cluster {current}), left as it is{unwritten}"), None
-    section = params.section_text(name, example)
+    _check_settings(loaded, account, image)
+    section = params.section_text(name, example, account=account, image=image)
     gap = ""  # a blank line between the user's last line and ours
     if old.strip():
         gap = "\n\n" if not old.endswith("\n") else "\n"
@@ -130,8 +198,39 @@ def _params(root: Path, cluster: str | None) -> Step:
             f"{path}: cannot append the orchestrator section to it as text (is it written in flow style?)",
             hints=["add this yourself:\n" + section],
         )
-    change = Change(params.PARAMS_FILE, True, f"added the orchestrator section (cluster {name}, account null, image none)")
+    written = f"cluster {name}, account {account or 'null'}, image {image or params.NO_IMAGE}"
+    change = Change(params.PARAMS_FILE, True, f"added the orchestrator section ({written})")
     return change, _appender(path, gap + section)
+
+
+def _check_settings(loaded, account: str | None, image: str | None) -> None:
+    """Refuse values (or their absence) that the profile would refuse at the first `render`:
+    init's own output must plan. One error naming each value to give and what it may be."""
+    from orchestrator.config import params
+
+    p = loaded.profile
+    s = p.scheduler
+    problems = []
+    example = f", e.g. {s.account_example}" if s.account_example else ""
+    if p.uses_slurm and not account:
+        problems.append(f"--account: your Slurm account on {loaded.name} (matching {s.account_pattern!r}{example})")
+    elif account and not re.fullmatch(s.account_pattern, account):
+        problems.append(f"--account {account!r} does not match {loaded.name}'s pattern {s.account_pattern!r}{example}")
+    runtime = p.container.runtime
+    if runtime and (image or params.NO_IMAGE) == params.NO_IMAGE:
+        problems.append(
+            f"--image: what the tasks run in ({loaded.name} runs every task in a {runtime} container): your image file "
+            "(a path ending .sif, absolute or from the project), or a containers/images.yaml entry you build with "
+            "`orchestrator container build NAME`"
+        )
+    elif image and params.image_problem(image):
+        problems.append(f"--image: {params.image_problem(image)}")
+    if problems:
+        raise OrchestratorError(
+            f"cluster {loaded.name}: init would write values its profile refuses",
+            problems,
+            hints=[f"give them, e.g. `orchestrator init --cluster {loaded.name} --account ... --image ...`; nothing was changed"],
+        )
 
 
 def _ignore(root: Path, name: str) -> Step:
@@ -145,6 +244,47 @@ def _ignore(root: Path, name: str) -> Step:
     lines = f"# The orchestrator's scripts, logs and job ledger: this workspace's own state, not for {what}.\n{STATE_DIR}/\n"
     change = Change(name, True, f"{'added' if old else 'created with'} {STATE_DIR}/")
     return change, _appender(path, ("\n" if old and not old.endswith("\n") else "") + lines)
+
+
+def _pipeline(root: Path, names: tuple[str, ...], wrap_all: bool) -> tuple[Step, list]:
+    """dvc.yaml with the stages ``names`` (or all that can be) wrapped, and its stages as they will be."""
+    from orchestrator.pipeline import wrap
+    from orchestrator.pipeline.stages import PIPELINE_FILE
+    from orchestrator.util import yamlio
+
+    path = root / PIPELINE_FILE
+    old = _read(path)
+    data = yamlio.load_text(old, str(path))
+    stages = wrap.stages_of(data)
+    by_name = {s.name: s for s in stages}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise OrchestratorError(
+            f"--wrap {' '.join(unknown)}: no such stage in {PIPELINE_FILE}",
+            hints=[f"stages: {', '.join(by_name) or 'none'}; nothing was changed"],
+        )
+    refused = [f"stage {n}: {by_name[n].problem}" for n in names if by_name[n].problem]
+    if refused:
+        raise OrchestratorError(
+            f"--wrap: init cannot wrap {'these stages' if len(refused) > 1 else 'this stage'}", refused, hints=["nothing was changed"]
+        )
+    chosen = [s.name for s in stages if (s.name in names or wrap_all) and not s.problem and (not s.wrapped or s.todo)]
+    if not chosen:
+        return (Change(PIPELINE_FILE, False, "left as it is"), None), stages
+    if path.is_symlink():  # the rename would replace the link with a file
+        raise OrchestratorError(
+            f"{path} is a symbolic link: init rewrites dvc.yaml in one rename", hints=["wrap the stages by hand; nothing was changed"]
+        )
+    new = wrap.rewrite(old, data, chosen)
+    mode = path.stat().st_mode & 0o7777
+
+    def write() -> None:
+        files.atomic_write(path, new, mode=mode)  # one rename: dvc.yaml is either the old file or the new one
+
+    change = Change(
+        PIPELINE_FILE, True, f"wrapped {', '.join(chosen)} in `{wrap.PREFIX}` (outputs persist: true, provenance.json declared)"
+    )
+    return (change, write), wrap.stages_of(yamlio.load_text(new, str(path)))
 
 
 def _images(root: Path) -> Step:

@@ -65,12 +65,36 @@ def test_what_the_project_has_already_is_left_alone(tmp_path):
     assert "has an orchestrator section already (cluster lumi), left as it is; --cluster testbed not written" in done.output
 
 
-def test_cluster_is_written_with_its_account_example_and_params_made_when_absent(tmp_path):
+def test_cluster_is_written_with_its_account_and_image_and_params_made_when_absent(tmp_path):
     root = project(tmp_path, params_text=None)
-    assert invoke("init", "--project", str(root), "--cluster", "lumi").exit_code == 0
+    done = invoke("init", "--project", str(root), "--cluster", "lumi", "--account", "project_465000858", "--image", "/project/p/team.sif")
+    assert done.exit_code == 0, done.output
     text = (root / "params.yaml").read_text()
     assert text.startswith("# How `orchestrator run`") and "e.g. project_465000858" in text
-    assert params.load(root).settings.cluster == "lumi"
+    settings = params.load(root).settings
+    assert (settings.cluster, settings.account, settings.image) == ("lumi", "project_465000858", "/project/p/team.sif")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ([], ["--account: your Slurm account on lumi (matching ", "e.g. project_465000858)", "--image: what the tasks run in"]),
+        (["--account", "project_465000858", "--image", "none"], ["--image: what the tasks run in (lumi runs every task in a singularity"]),
+        (["--account", "abc", "--image", "x.sif"], ["--account 'abc' does not match lumi's pattern"]),
+        (
+            ["--account", "project_465000858", "--image", "dir/x.img"],
+            ["'dir/x.img' is a path, but an image file must end in .sif"],
+        ),
+    ],
+)
+def test_a_cluster_init_would_write_values_its_profile_refuses_for_is_refused_naming_them(tmp_path, args, said):
+    """Before: `init --cluster lumi` wrote account null and image none, which `render` on lumi refuses."""
+    root = project(tmp_path)
+    before = snapshot(root)
+    done = invoke("init", "--project", str(root), "--cluster", "lumi", *args)
+    assert done.exit_code == 2 and "cluster lumi: init would write values its profile refuses" in done.output, done.output
+    assert all(line in done.output for line in said) and "nothing was changed" in done.output and "Traceback" not in done.output
+    assert snapshot(root) == before
 
 
 @pytest.mark.parametrize(
@@ -126,3 +150,89 @@ def test_an_unknown_cluster_lists_the_profiles_and_writes_nothing(tmp_path):
 def test_init_is_listed_in_the_help():
     done = invoke("--help")
     assert done.exit_code == 0 and "init " in done.output and "Add what an existing DVC project needs" in done.output
+
+
+UNWRAPPED = """\
+# the team's pipeline
+stages:
+  prepare:
+    cmd: python prep.py  # on the login node is fine
+    outs:
+      - data/clean
+  train:
+    matrix:
+      lr: [0.1, 0.2]
+    cmd: >-
+      python train.py
+      --lr ${item.lr}
+      --out results/${item.lr}
+    deps:
+      - data/clean  # keep me
+    metrics:
+      - results/${item.lr}/metrics.json:
+          cache: false
+  plot:
+    cmd: python plot.py > plot.txt
+"""
+
+
+def test_init_says_of_each_stage_whether_it_is_orchestrated_and_how_to_make_it(tmp_path):
+    """Before: init never said that a stage's cmd must start with `orchestrator run --`."""
+    root = project(tmp_path, **{"dvc.yaml": UNWRAPPED})
+    done = invoke("init", "--project", str(root))
+    assert done.exit_code == 0, done.output
+    assert (
+        "stage train: runs on this machine as DVC runs it; to run it as a job, its cmd must start with `orchestrator run --`" in done.output
+    )
+    assert "`orchestrator init --wrap train` does it" in done.output
+    assert "stage plot: runs on this machine as DVC runs it; init cannot wrap it: its cmd has shell syntax" in done.output
+    assert (root / "dvc.yaml").read_text() == UNWRAPPED
+
+
+def test_wrap_rewrites_only_the_stages_named_keeping_the_rest_of_dvc_yaml(tmp_path):
+    root = project(tmp_path, **{"dvc.yaml": UNWRAPPED})
+    (root / "dvc.yaml").chmod(0o640)
+    done = invoke("init", "--project", str(root), "--wrap", "train")
+    assert done.exit_code == 0, done.output
+    assert (
+        "dvc.yaml: wrapped train in `orchestrator run --`" in done.output and "stage train: runs through `orchestrator run`" in done.output
+    )
+    text = (root / "dvc.yaml").read_text()
+    expected = UNWRAPPED.replace("    cmd: >-\n", "    cmd: >-\n      orchestrator run --\n").replace(
+        "          cache: false\n",
+        "          cache: false\n          persist: true\n    outs:\n      - results/${item.lr}/provenance.json:\n"
+        "          cache: false\n          persist: true\n",
+    )
+    assert text == expected  # comments, the folded command's lines, the other stages: as they were
+    assert (root / "dvc.yaml").stat().st_mode & 0o777 == 0o640
+    again = invoke("init", "--project", str(root), "--wrap-all")
+    assert again.exit_code == 0 and "dvc.yaml: wrapped prepare in" in again.output
+    assert "    cmd: orchestrator run -- python prep.py" in (root / "dvc.yaml").read_text()
+    assert "      - data/clean:\n          persist: true\n" in (root / "dvc.yaml").read_text()
+    before = snapshot(root)
+    third = invoke("init", "--project", str(root), "--wrap-all")
+    assert third.exit_code == 0 and "nothing to do" in third.output and snapshot(root) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--wrap", "trian"], "--wrap trian: no such stage in dvc.yaml"),
+        (["--wrap", "train", "--wrap", "plot"], "stage plot: its cmd has shell syntax"),
+    ],
+)
+def test_wrap_refusals_write_nothing(tmp_path, args, message):
+    root = project(tmp_path, **{"dvc.yaml": UNWRAPPED})
+    before = snapshot(root)
+    done = invoke("init", "--project", str(root), *args)
+    assert done.exit_code == 2 and message in done.output and "nothing was changed" in done.output, done.output
+    assert snapshot(root) == before
+
+
+def test_wrap_refuses_a_dvc_yaml_it_cannot_rewrite_without_changing_its_layout(tmp_path):
+    mixed = UNWRAPPED.replace("      - data/clean\n", "    - data/clean\n")  # two sequence indentations in one file
+    root = project(tmp_path, **{"dvc.yaml": mixed})
+    before = snapshot(root)
+    done = invoke("init", "--project", str(root), "--wrap", "train")
+    assert done.exit_code == 2 and "cannot rewrite it without changing its layout" in done.output and "wrap them by hand" in done.output
+    assert snapshot(root) == before
