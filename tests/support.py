@@ -125,6 +125,15 @@ def sweep_project(where: Path, orchestrator: dict) -> Path:
     return with_git(make_project(where, dvc_yaml=SWEEP_DVC_YAML, params_yaml=params), "sweep")
 
 
+def sweep_project_on_testbed(tmp_path: Path, monkeypatch) -> Path:
+    """:func:`sweep_project` on the testbed profile, the current folder, with git's identity set: the sweep tests' project."""
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    root = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
+    monkeypatch.chdir(root)
+    return root
+
+
 def with_git(project: Path, message: str) -> Path:
     """``project`` (a DVC project) made a git repository too, everything in it committed."""
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]

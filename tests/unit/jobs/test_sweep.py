@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeSlurm
-from support import ACCOUNT, GIT_ENV, exp_metrics, sweep_project
+from support import exp_metrics, sweep_project_on_testbed
 
 from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.jobs import status, sweep
@@ -37,11 +37,7 @@ class SlurmAndGit:
 
 @pytest.fixture
 def project(tmp_path, monkeypatch) -> Path:
-    for key, value in GIT_ENV.items():
-        monkeypatch.setenv(key, value)
-    root = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
-    monkeypatch.chdir(root)
-    return root
+    return sweep_project_on_testbed(tmp_path, monkeypatch)
 
 
 def finish(project: Path, slurm: FakeSlurm, made: sweep.Sweep, failing: set[str] = frozenset()) -> None:

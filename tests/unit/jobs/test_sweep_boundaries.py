@@ -16,7 +16,7 @@ import pytest
 from fakes import FakeSlurm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import ACCOUNT, GIT_ENV, invoke, sweep_project
+from support import GIT_ENV, invoke, sweep_project_on_testbed
 from test_sweep import SlurmAndGit
 
 from orchestrator.errors import ConfigError, OrchestratorError, PlanError
@@ -27,11 +27,7 @@ QUIET = {"say": lambda _: None}
 
 @pytest.fixture
 def project(tmp_path, monkeypatch) -> Path:
-    for key, value in GIT_ENV.items():
-        monkeypatch.setenv(key, value)
-    root = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
-    monkeypatch.chdir(root)
-    return root
+    return sweep_project_on_testbed(tmp_path, monkeypatch)
 
 
 def refused_before_anything(project: Path, slurm: FakeSlurm) -> None:
