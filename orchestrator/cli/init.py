@@ -216,6 +216,8 @@ def _check_settings(loaded, account: str | None, image: str | None) -> None:
         problems.append(f"--account: your Slurm account on {loaded.name} (matching {s.account_pattern!r}{example})")
     elif account and not re.fullmatch(s.account_pattern, account):
         problems.append(f"--account {account!r} does not match {loaded.name}'s pattern {s.account_pattern!r}{example}")
+    elif account and account == s.account_example:  # `render --check` refuses the profile's own example too
+        problems.append(f"--account {account!r} is {loaded.name}'s example account, not your project's: give your own")
     runtime = p.container.runtime
     if runtime and (image or params.NO_IMAGE) == params.NO_IMAGE:
         problems.append(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 from pathlib import Path
 
 import click
 
 from orchestrator.cli.options import cluster_option, project_option, table
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, PipelineError
 
 
 @click.command()
@@ -52,6 +53,8 @@ def render(
         if out is not None:  # checked before the matrix is planned, which takes minutes for a big one
             out_dir = _enter(stack, matrix.scripts_folder(out), out, "--out")
         rendered = matrix.render_matrix(project, cluster, runner, targets, form)  # type: ignore[arg-type]
+        if not rendered.plans:
+            raise _nothing_orchestrated(project, targets)
         found = cluster_checks.Findings()
         if do_check:
             found = cluster_checks.check(rendered.plans, rendered.profile, runner)
@@ -72,6 +75,26 @@ def render(
         click.echo(f"note: {line}")
     checked = " and checked" if do_check else ""
     click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
+
+
+def _nothing_orchestrated(project: Path, targets: tuple[str, ...]) -> PipelineError:
+    """No item to render: no stage (of those named) runs through `orchestrator run`. "0 scripts,
+    checked" would read as success on a project whose stages all run on this machine."""
+    from orchestrator.pipeline import stages, wrap
+    from orchestrator.util import yamlio
+
+    found = wrap.stages_of(yamlio.load_file(project / stages.PIPELINE_FILE))
+    named = [s for s in found if not targets or any(fnmatch.fnmatchcase(s.name, t.split("@")[0]) for t in targets)]
+    which = f"none of the stages {' '.join(targets)} runs" if targets else f"no stage of {stages.PIPELINE_FILE} runs"
+    shown = [f"stage {s.name}: cmd `{s.cmd}`" + (f" (init cannot wrap it: {s.problem})" if s.problem else "") for s in named]
+    return PipelineError(
+        f"{which} through `orchestrator run`: there is no job script to render",
+        shown,
+        hints=[
+            f"a stage runs as a job when its cmd starts with `{wrap.PREFIX}`: `orchestrator init --wrap STAGE` "
+            "(or --wrap-all) does it, keeping the rest of dvc.yaml"
+        ],
+    )
 
 
 def _enter(stack: contextlib.ExitStack, folder, path: Path, what: str) -> Path:

@@ -67,19 +67,20 @@ def test_what_the_project_has_already_is_left_alone(tmp_path):
 
 def test_cluster_is_written_with_its_account_and_image_and_params_made_when_absent(tmp_path):
     root = project(tmp_path, params_text=None)
-    done = invoke("init", "--project", str(root), "--cluster", "lumi", "--account", "project_465000858", "--image", "/project/p/team.sif")
+    done = invoke("init", "--project", str(root), "--cluster", "lumi", "--account", "project_465000123", "--image", "/project/p/team.sif")
     assert done.exit_code == 0, done.output
     text = (root / "params.yaml").read_text()
     assert text.startswith("# How `orchestrator run`") and "e.g. project_465000858" in text
     settings = params.load(root).settings
-    assert (settings.cluster, settings.account, settings.image) == ("lumi", "project_465000858", "/project/p/team.sif")
+    assert (settings.cluster, settings.account, settings.image) == ("lumi", "project_465000123", "/project/p/team.sif")
 
 
 @pytest.mark.parametrize(
     ("args", "said"),
     [
         ([], ["--account: your Slurm account on lumi (matching ", "e.g. project_465000858)", "--image: what the tasks run in"]),
-        (["--account", "project_465000858", "--image", "none"], ["--image: what the tasks run in (lumi runs every task in a singularity"]),
+        (["--account", "project_465000858", "--image", "x.sif"], ["--account 'project_465000858' is lumi's example account"]),
+        (["--account", "project_465000123", "--image", "none"], ["--image: what the tasks run in (lumi runs every task in a singularity"]),
         (["--account", "abc", "--image", "x.sif"], ["--account 'abc' does not match lumi's pattern"]),
         (
             ["--account", "project_465000858", "--image", "dir/x.img"],

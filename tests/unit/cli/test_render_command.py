@@ -270,3 +270,18 @@ def test_a_value_with_a_line_break_is_refused_at_render(tmp_path):
     )
     done = run_orchestrator("render", cwd=project)
     assert_clean_failure(done, "s@a\\nb: its cmd has a line break", "remove line breaks from the values", project=project)
+
+
+NOT_ORCHESTRATED = "stages:\n  train:\n    cmd: python train.py\n  plot:\n    cmd: python plot.py > plot.txt\n"
+
+
+@pytest.mark.parametrize("args", [["--check", "--no-shellcheck"], [], ["train"]])
+def test_a_project_with_no_orchestrated_stage_is_told_so_and_how(tmp_path, args):
+    """Before: "0 script(s) for local and checked", exit 0, on a project whose stages all run on this machine."""
+    project = make_project(tmp_path / "p", dvc_yaml=NOT_ORCHESTRATED, params_yaml="orchestrator: {cluster: local}\n")
+    done = invoke("render", "--project", str(project), *args)
+    assert done.exit_code == 2 and "Traceback" not in done.output, done.output
+    assert "runs through `orchestrator run`: there is no job script to render" in done.output
+    assert "stage train: cmd `python train.py`" in done.output and "`orchestrator init --wrap STAGE`" in done.output
+    assert ("stage plot:" in done.output) == (args != ["train"])  # only the stages named, when some are
+    assert "0 script(s)" not in done.output and not (project / ".orchestrator/scripts").exists()
