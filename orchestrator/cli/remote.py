@@ -28,7 +28,7 @@ def say_line(line: str) -> None:
     click.echo(f"orchestrator: {line}", err=True)
 
 
-def open_session(project: Path, cluster: str | None):
+def open_session(project: Path, cluster: str | None, checked: bool = True):
     from orchestrator.remote import destination
     from orchestrator.remote.connection import Connection
     from orchestrator.remote.session import Session
@@ -36,7 +36,17 @@ def open_session(project: Path, cluster: str | None):
 
     runner = SubprocessRunner()
     dest = destination.resolve(project, cluster, runner)
-    return Session.open(Connection.to(dest.host, runner), dest), runner
+    return Session.open(Connection.to(dest.host, runner), dest, install_command(project, cluster), checked), runner
+
+
+def install_command(project: Path, cluster: str | None) -> str:
+    """``orchestrator remote install`` with the --cluster and --project of this command: the one to copy."""
+    words = ["orchestrator", "remote", "install"]
+    if cluster:
+        words.append(f"--cluster={cluster}")
+    if project.resolve() != Path.cwd().resolve():
+        words.append(f"--project={project}")
+    return shlex.join(words)
 
 
 def stream_out(data: bytes) -> None:
@@ -165,6 +175,37 @@ def shell(cluster: str | None, project: Path) -> None:
     script = 'n=$1; shift; while [ "$n" -gt 0 ]; do eval "$1"; shift; n=$((n-1)); done; cd -- "$1" && exec bash -l'
     argv = [*session.conn.base(), "-t", "--", session.dest.host, command(script, session.project, setup=session.dest.setup)]
     os.execvp(argv[0], argv)
+
+
+@remote.command()
+@cluster_option()
+@project_option
+@click.option(
+    "--wheels",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Send the wheels in this folder along and install from them only (pip --no-index): for a login node without "
+    "the internet. Fill it here: pip download dvc-slurm-orchestrator==VERSION -d DIR (with --python-version and --platform "
+    "of the login node's Python).",
+)
+@click.option("--python", "python", default="python3", show_default=True, help="The Python there that makes the venv (3.10 or newer).")
+@click.option(
+    "--system-site-packages", is_flag=True, help="Let the venv see that Python's own packages (e.g. a site's Python module's numpy)."
+)
+def install(cluster: str | None, project: Path, wheels: Path | None, python: str, system_site_packages: bool) -> None:
+    """Install this version of the orchestrator, with DVC, on the cluster's login node: a venv there that --remote then uses.
+
+    The venv is <login.root>/.orchestrator/venv-VERSION. The wheel is built here (from
+    the source tree this orchestrator runs from) and sent over ssh, or taken from
+    --wheels; the dependencies come from the login node's package index, or with
+    --wheels from the wheels sent along only. Run again to repair a venv; a new version
+    gets a venv of its own.
+    """
+    from orchestrator.remote import install as installing
+
+    session, runner = open_session(project, cluster, checked=False)
+    venv = installing.install(session, runner, wheels, python, system_site_packages, say_line)
+    click.echo(f"{session.dest.host}:{venv} runs orchestrator {installing.__version__}; --remote uses it from now on")
 
 
 @remote.command(hidden=True)

@@ -63,6 +63,12 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # An image's name is part of file names (.orchestrator/images/NAME.sif, containers/NAME.digest,
 # its job's script and log): a name, never a path, and short enough for all of them.
 MAX_NAME = 100
+# Where a definition template is found when the project's containers/ has none: the installed
+# package's copy (a wheel carries containers/*.def.j2 there, see pyproject.toml), else the
+# orchestrator's own repository (a source checkout). So a project of its own can name the
+# shipped templates in its images.yaml without copying them; its own file of the name wins.
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+SHIPPED_DIRS = (PACKAGE_DIR / "_containers", PACKAGE_DIR.parent / CONTAINERS_DIR)
 NAME_RULE = f"an image name is letters, digits, '.', '_' and '-', starting with a letter or digit, at most {MAX_NAME} characters"
 
 
@@ -130,7 +136,18 @@ def select(project: Path, name: str | None, overrides: Sequence[str] = ()) -> Im
         raise ContainerError(
             f"{IMAGES_FILE}: image {name!r} is invalid", problems, hints=["valid keys: " + "; ".join(f"{k} ({v})" for k, v in KEYS.items())]
         )
-    return Image(name, project / CONTAINERS_DIR / values["definition"], values, tuple(source))
+    return Image(
+        name, template_path(project, values["definition"]) or project / CONTAINERS_DIR / values["definition"], values, tuple(source)
+    )
+
+
+def template_path(project: Path, definition: str) -> Path | None:
+    """The definition template ``definition`` names: the project's containers/ first, then the
+    orchestrator's own (:data:`SHIPPED_DIRS`); None where neither has it."""
+    for folder in (project / CONTAINERS_DIR, *SHIPPED_DIRS):
+        if (folder / definition).is_file():
+            return folder / definition
+    return None
 
 
 def _images_file(project: Path) -> Mapping[str, object]:
@@ -161,8 +178,12 @@ def _check_values(project: Path, values: Mapping[str, object], source: Sequence[
     definition = values.get("definition")
     if not definition:
         problems.append("definition: required (a template file in containers/)")
-    elif isinstance(definition, str) and (not _NAME.fullmatch(definition) or not (project / CONTAINERS_DIR / definition).is_file()):
-        problems.append(f"definition: no template {definition!r} in {project / CONTAINERS_DIR}")
+    elif isinstance(definition, str) and (not _NAME.fullmatch(definition) or template_path(project, definition) is None):
+        shipped = sorted({p.name for d in SHIPPED_DIRS if d.is_dir() for p in d.glob("*.def.j2")})
+        problems.append(
+            f"definition: no template {definition!r} in {project / CONTAINERS_DIR} nor among the orchestrator's own "
+            f"({', '.join(shipped) or 'none found'})"
+        )
     checks = {
         "base": lambda v: SAFE_PATH.fullmatch(v) is not None,
         "from": lambda v: _REF.fullmatch(v) is not None,

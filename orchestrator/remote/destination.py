@@ -14,6 +14,9 @@ the repository's root commits, which every clone and every later commit of a pro
 on its first sync, and a sync from a repository of another identity is refused there
 (:meth:`session.Session.prepare`).
 
+This side's version of the orchestrator there: a venv in ``<login.root>/.orchestrator/``
+(:meth:`Destination.venv`, made by ``orchestrator remote install``), else the login shell's own.
+
 The DVC project may be a folder inside the git repository: the whole repository is sent,
 and the commands run in the same folder inside it there.
 """
@@ -48,6 +51,15 @@ class Destination:
         if root == "~" or root.startswith("~/"):
             root = home + root[1:]
         return posixpath.normpath(posixpath.join(home, root, self.repo.name))
+
+    def venv(self, user: str, home: str) -> str:
+        """Where ``orchestrator remote install`` puts this side's version: ``<login.root>/.orchestrator/venv-VERSION``.
+        Beside the projects, not in one: shared by the projects there that run the same version (DVC and its
+        dependencies are hundreds of MB), never inside a git working tree that DVC and git look through; one
+        per version, so a project moved to a new version leaves the others' venv as it is."""
+        from orchestrator import __version__
+
+        return posixpath.join(posixpath.dirname(self.folder(user, home)), ".orchestrator", f"venv-{__version__}")
 
     def project(self, user: str, home: str) -> str:
         folder = self.folder(user, home)

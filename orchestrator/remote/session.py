@@ -36,7 +36,7 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from orchestrator import __version__
 from orchestrator.remote import connection
@@ -45,10 +45,13 @@ from orchestrator.remote.destination import Destination
 
 TAG = "orchestrator-remote:"
 RUNS_DIR = ".orchestrator/remote"
-INSTALL_HINT = (
-    f"install it there in the version this side runs: pip install 'orchestrator=={__version__}' "
-    "(or pip install -e . in a clone at that version)"
-)
+DISTRIBUTION = "dvc-slurm-orchestrator"  # the name pip knows it by (PyPI's "orchestrator" is another project)
+INSTALL = "orchestrator remote install"  # puts this side's version in a venv there (orchestrator.remote.install)
+VENVS_DIR = ".orchestrator"  # in login.root: venv-<version>, one per version, shared by the projects there
+
+
+def install_hint(command: str = INSTALL) -> str:
+    return f"put this side's version there, from here: {command} (a venv in <login.root>/{VENVS_DIR}/venv-{__version__}, used by --remote)"
 
 
 class NotInstalled(RemoteError):
@@ -75,6 +78,20 @@ PROBE = (
     'if command -v flock >/dev/null 2>&1 && command -v setsid >/dev/null 2>&1; then printf "%s tools yes\\n" "$T"; fi; '
     'if v=$(orchestrator --version 2>/dev/null); then printf "%s version %s\\n" "$T" "$v"; fi; exit 0'
 )
+# $1: the venv `orchestrator remote install` makes (destination.Destination.venv); says its version.
+VENV_PROBE = (
+    f"T='{TAG}'; "
+    + 'v="$1/bin/orchestrator"; if [ -x "$v" ] && o=$("$v" --version 2>/dev/null); then printf "%s venv %s\\n" "$T" "$o"; fi; exit 0'
+)
+
+
+def activate(venv: str) -> str:
+    """The login.setup line that puts ``venv``'s ``orchestrator`` (and its ``dvc``) first on PATH: every
+    script that runs the orchestrator there runs login.setup first. Exported, so that what it starts
+    (dvc, the stages' `orchestrator run`, sbatch's environment) finds the same."""
+    return f"PATH={shlex.quote(venv + '/bin')}:$PATH; export PATH"
+
+
 # $1: the repository's folder; $2: the project folder; $3: this repository's identity (its
 # root commits, space-separated; "": none yet). Makes the repository (git init), records the
 # identity of the project it holds where none is (a folder synced before identities were
@@ -169,20 +186,25 @@ def parse_probe(stdout: str) -> Facts:
     found: dict[str, str] = {}
     for words in markers(stdout):
         found[words[0]] = " ".join(words[1:]).strip()
-    version = found.get("version")
-    match = re.search(r"version\s+(\S+)", version or "")
-    return Facts(found.get("user", ""), found.get("home", ""), "git" in found, "tools" in found, match.group(1) if match else version)
+    return Facts(found.get("user", ""), found.get("home", ""), "git" in found, "tools" in found, _version(found.get("version")))
 
 
-def check(facts: Facts, host: str, setup: Sequence[str]) -> None:
-    """Refuse a login node this side cannot work with: one message, nothing sent."""
+def _version(said: str | None) -> str | None:
+    """The version in what ``orchestrator --version`` printed ("orchestrator, version 0.1.0")."""
+    match = re.search(r"version\s+(\S+)", said or "")
+    return match.group(1) if match else said
+
+
+def check(facts: Facts, host: str, setup: Sequence[str], install: str = INSTALL) -> None:
+    """Refuse a login node this side cannot work with: one message, nothing sent. ``install``: the
+    command that puts this side's version there (with this command's --cluster and --project)."""
     where = "the login shell's PATH (bash -l)" + (" after login.setup" if setup else "")
     if facts.version is None:
         raise NotInstalled(
-            f"the orchestrator is not installed on {host}: no `orchestrator` on {where}; nothing was sent",
+            f"the orchestrator is not installed on {host}: no `orchestrator` on {where}, nor in a venv of `{INSTALL}`; nothing was sent",
             hints=[
-                INSTALL_HINT,
-                "installed in a virtual environment or a module there: add `source ~/venv/bin/activate` (or `module load ...`) "
+                install_hint(install),
+                "or, installed there another way (a venv, a module): add `source VENV/bin/activate` (or `module load ...`) "
                 "to the profile's login.setup, or to ~/.bash_profile on the login node",
             ],
         )
@@ -190,7 +212,7 @@ def check(facts: Facts, host: str, setup: Sequence[str]) -> None:
         raise VersionMismatch(
             f"{host} runs orchestrator {facts.version}, this side {__version__}: both must run the same version "
             "(the login node writes the ledger and scripts this side reads); nothing was sent",
-            hints=[INSTALL_HINT, f"or install {facts.version} here: pip install 'orchestrator=={facts.version}'"],
+            hints=[install_hint(install), f"or install {facts.version} here: pip install '{DISTRIBUTION}=={facts.version}'"],
         )
     if not facts.git:
         raise RemoteError(f"git is not installed on {host} (not on {where}): the project is sent there as git commits")
@@ -207,13 +229,23 @@ class Session:
     facts: Facts
 
     @classmethod
-    def open(cls, conn: Connection, dest: Destination) -> Session:
+    def open(cls, conn: Connection, dest: Destination, install: str = INSTALL, checked: bool = True) -> Session:
+        """Log in and probe; where the venv of this side's version is there (``orchestrator remote
+        install`` made it), every later command there runs its ``orchestrator``. ``checked``: refuse a
+        login node without this side's version (:func:`check`); the install itself opens unchecked."""
         conn.connect()
         done = conn.run(command(PROBE, setup=dest.setup))
         if done.returncode == 96:
             raise RemoteError(f"a line of login.setup failed on {dest.host}", [*_said(done), *dest.setup])
         facts = parse_probe(done.stdout)
-        check(facts, dest.host, dest.setup)
+        # A second round trip (over the master: milliseconds): the venv's path needs the user and home the probe found.
+        venv = dest.venv(facts.user, facts.home)
+        found = {words[0]: " ".join(words[1:]) for words in markers(conn.run(command(VENV_PROBE, venv)).stdout)}
+        if "venv" in found:
+            facts = replace(facts, version=_version(found["venv"]))
+            dest = replace(dest, setup=(*dest.setup, activate(venv)))
+        if checked:
+            check(facts, dest.host, dest.setup, install)
         return cls(conn, dest, facts)
 
     @property

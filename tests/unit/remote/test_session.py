@@ -22,7 +22,7 @@ from orchestrator.remote.destination import Destination
 from orchestrator.remote.session import Detached, Facts, NotInstalled, Session, VersionMismatch
 from orchestrator.util.runner import Completed
 
-SCRIPTS = {"PROBE": session.PROBE, "PREPARE": session.PREPARE, "FOLLOW": session.FOLLOW, "RUN": session.RUN}
+SCRIPTS = {"VENV_PROBE": session.VENV_PROBE, "PROBE": session.PROBE, "PREPARE": session.PREPARE, "FOLLOW": session.FOLLOW, "RUN": session.RUN}
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
@@ -75,9 +75,11 @@ def test_the_probe_is_parsed_and_checked():
     with pytest.raises(NotInstalled) as caught:
         session.check(Facts("u", "/h", True, True, None), "lumi", ["module load x"])
     assert "not installed on lumi" in caught.value.render() and "after login.setup" in caught.value.render()
-    assert f"pip install 'orchestrator=={__version__}'" in caught.value.render()
-    with pytest.raises(VersionMismatch, match=f"lumi runs orchestrator 0.0.9, this side {re.escape(__version__)}"):
-        session.check(Facts("u", "/h", True, True, "0.0.9"), "lumi", ())
+    assert "from here: orchestrator remote install" in caught.value.render()
+    with pytest.raises(VersionMismatch, match=f"lumi runs orchestrator 0.0.9, this side {re.escape(__version__)}") as caught:
+        session.check(Facts("u", "/h", True, True, "0.0.9"), "lumi", (), install="orchestrator remote install --cluster=lumi")
+    assert "orchestrator remote install --cluster=lumi" in caught.value.render()
+    assert "pip install 'dvc-slurm-orchestrator==0.0.9'" in caught.value.render()
     with pytest.raises(RemoteError, match="git is not installed on lumi"):
         session.check(Facts("u", "/h", False, True, __version__), "lumi", ())
 
