@@ -8,19 +8,27 @@ Two sections belong to us:
 
 ``clusters``
     Per-profile changes to the params, e.g. the bigger device matrix and model
-    of a GPU cluster. params.yaml as written is what ``dvc repro`` runs here;
-    ``orchestrator render --cluster NAME`` for another profile resolves the
-    pipeline with ``clusters.NAME`` merged on top (mappings merge key by key,
-    anything else is replaced), i.e. as it would run once params.yaml says
-    ``orchestrator.cluster: NAME`` with those values.
+    of a GPU cluster (mappings merge key by key, anything else is replaced).
+    DVC resolves dvc.yaml from params.yaml as written, before the orchestrator
+    runs, so a cluster's values must be written there to run:
+    ``orchestrator use NAME`` writes them (:func:`switch`), ``orchestrator exp
+    run --cluster NAME`` passes them to ``dvc exp run -S``, and ``orchestrator
+    render --cluster NAME`` previews the result. Whatever runs or submits jobs
+    refuses a cluster whose values params.yaml does not hold (:func:`require_switched`).
+
+    The values a switch replaces are kept under ``clusters.local`` (the default
+    cluster's entry): ``orchestrator use local`` puts them back. While ``local``
+    is active, params.yaml's own values are local's, and a switch away refreshes
+    what is kept from them.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING as dataclasses_MISSING
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -138,15 +146,23 @@ class Params:
         name = given or self.settings.cluster
         return None if not name or name == "auto" else name
 
+    def overlay_key(self, cluster: str) -> str | None:
+        """The ``clusters`` entry for ``cluster``: its own name, else, for a profile file, the
+        ``name`` it gives (a copy of lumi.yaml keeps ``name: lumi``); None where neither has one."""
+        if cluster in self.overlays:
+            return cluster
+        if _is_file(cluster):
+            from orchestrator.config import profile
+
+            name = profile.load(cluster).profile.name
+            if name in self.overlays:
+                return name
+        return None
+
     def overlay_for(self, cluster: str) -> Mapping[str, Any]:
-        """The changes to make to the params to run on ``cluster`` (empty if it is active)."""
-        if cluster == (self.settings.cluster or DEFAULT_CLUSTER):
-            return {}
-        overlay = dict(self.overlays.get(cluster, {}))
-        orchestrator = dict(overlay.get("orchestrator", {}))
-        orchestrator["cluster"] = cluster
-        overlay["orchestrator"] = orchestrator
-        return overlay
+        """The changes to make to the params to run on ``cluster``, as ``orchestrator use``
+        would write them (empty where params.yaml holds its values and names it)."""
+        return _changes(_top(self.data), switch(self, cluster).top)
 
     def for_cluster(self, cluster: str) -> Params:
         """These params as they would be with ``cluster`` active."""
@@ -252,3 +268,237 @@ def _shape(value: Any) -> str:
     kind = {list: "a list", str: "text", bool: "a boolean", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
     shown = repr(value)
     return f"{kind} {shown if len(shown) <= 40 else shown[:40] + '...'}"
+
+
+# Switching the project to a cluster: its values written where DVC reads them.
+
+HOME = DEFAULT_CLUSTER  # the entry that keeps the values a switch replaces
+Key = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Switch:
+    """params.yaml with ``cluster`` active: ``top``, its values outside ``clusters``, and
+    ``kept``, ``clusters.local`` as it must then be (None: as it is)."""
+
+    cluster: str
+    key: str | None  # the clusters entry applied, if any
+    top: dict[str, Any]
+    kept: dict[str, Any] | None
+
+    def changes(self, prm: Params) -> list[tuple[Key, Any]]:
+        """(path, new value) of each value of ``prm``'s own that the switch changes."""
+        return list(_leaves(_changes(_top(prm.data), self.top)))
+
+
+def switch(prm: Params, cluster: str) -> Switch:
+    """params.yaml with ``cluster``'s values: back to the kept values (unless ``local`` is
+    active: then its values are the ones to keep), then ``clusters.<cluster>`` merged on top.
+    Refuses, with every problem at once, an entry naming no known cluster, a value of
+    another type than the one it replaces, and one that could not be put back."""
+    if not prm.overlays:
+        top = _top(prm.data)
+        if (top.get("orchestrator") or {}).get("cluster") == cluster:
+            return Switch(cluster, None, top, None)
+    _check_names(prm, cluster)
+    key = prm.overlay_key(cluster)
+    overlay = _plain(prm.overlays.get(key, {})) if key else {}
+    overlay.get("orchestrator", {}).pop("cluster", None)  # the switch names the cluster itself
+    kept_now = _plain(prm.overlays.get(HOME, {}))
+    active = prm.settings.cluster if prm.settings.cluster not in (None, "auto") else HOME
+    top = _top(prm.data)
+    problems: list[str] = []
+    if active == HOME:
+        kept = _keep(top, [*(k for k, _ in _leaves(kept_now)), *(k for k, _ in _leaves(overlay))], {}, problems)
+        if key == HOME:  # staying: params.yaml's values are local's, edits included
+            overlay = _plain(kept)
+    else:
+        top = merge(top, kept_now)
+        kept = _keep(top, [k for k, _ in _leaves(overlay)], kept_now, problems)
+    problems += _type_problems(top, overlay, key)
+    if problems:
+        raise ConfigError(f"cannot switch {PARAMS_FILE} to {cluster}: clusters.{key or HOME} does not fit it", problems)
+    top = merge(top, overlay)
+    top["orchestrator"] = {**(top.get("orchestrator") or {}), "cluster": cluster}
+    if (source := f"{PARAMS_FILE} with clusters.{key}" if key else None) is not None:
+        from_data(top, source)  # the settings as they would be, checked as params.yaml's are
+    return Switch(cluster, key, top, kept if kept != kept_now else None)
+
+
+def require_switched(prm: Params, cluster: str, doing: str) -> None:
+    """Refuse to run or submit on ``cluster`` unless params.yaml, as DVC resolved it, holds
+    its values: else DVC's matrix is another cluster's (one message, naming the switch)."""
+    wanted = switch(prm, cluster)
+    differ = [(k, v) for k, v in wanted.changes(prm) if k != ("orchestrator", "cluster")]
+    if not differ:
+        return
+    here = _top(prm.data)
+    shown = [f"{'.'.join(k)}: {_short(_get(here, k))} here, {_short(v)} on {cluster}" for k, v in differ]
+    raise ConfigError(
+        f"{PARAMS_FILE} holds other values than {cluster}'s (clusters.{wanted.key or HOME}): DVC resolved the pipeline "
+        f"from them, so nothing was {doing}",
+        shown,
+        hints=[
+            f"switch with `orchestrator use {_shell(cluster)}` (it writes {cluster}'s values into {PARAMS_FILE}; "
+            f"`orchestrator render --cluster {_shell(cluster)}` previews them), or for one experiment "
+            f"`orchestrator exp run --cluster {_shell(cluster)}` (dvc exp run with those values)"
+        ],
+    )
+
+
+def dvc_sets(prm: Params, cluster: str) -> list[str]:
+    """``dvc exp run -S`` overrides (Hydra's syntax) that give an experiment ``cluster``'s values."""
+    here = _top(prm.data)
+    return [f"{'' if _has(here, k) else '+'}{'.'.join(k)}={_hydra(v)}" for k, v in switch(prm, cluster).changes(prm)]
+
+
+def _check_names(prm: Params, cluster: str) -> None:
+    """Each ``clusters`` entry must name a cluster: a built-in, ``local``, a profile file, or
+    the ``name`` of the profile file switched to or active."""
+    from orchestrator.config import profile
+
+    known = {*profile.builtin_names(), DEFAULT_CLUSTER}
+    for given in (cluster, prm.settings.cluster):
+        if given and _is_file(given) and Path(given).is_file():
+            known |= {given, profile.load(given).profile.name}
+    unknown = [name for name in prm.overlays if name not in known and not (_is_file(name) and Path(name).is_file())]
+    if unknown:
+        raise ConfigError(
+            f"{PARAMS_FILE}: clusters has an entry for no known cluster: {', '.join(map(str, unknown))}",
+            hints=[
+                f"valid: a built-in ({', '.join(sorted(known))}), or a profile file (its path, or the name it gives "
+                "when it is the cluster used)"
+            ],
+        )
+
+
+def _keep(top: Mapping[str, Any], keys: list[Key], kept: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
+    """``kept`` with ``top``'s value at each of ``keys`` it lacks (an orchestrator setting
+    absent from ``top`` is kept as its default)."""
+    out = _plain(kept)
+    defaults = {f.name: f.default if f.default is not dataclasses_MISSING else None for f in fields(Settings)}
+    for key in keys:
+        if _has(out, key) or key == ("orchestrator", "cluster"):
+            continue
+        if _has(top, key):
+            _put(out, key, _get(top, key))
+        elif len(key) == 2 and key[0] == "orchestrator" and key[1] in defaults:
+            default = defaults[key[1]]
+            _put(out, key, list(default) if isinstance(default, tuple) else default)
+        else:
+            problems.append(
+                f"{'.'.join(key)} is set per cluster but not in {PARAMS_FILE} itself: add it there with the value for "
+                f"{HOME}, so that `orchestrator use {HOME}` can put it back"
+            )
+    return out
+
+
+def _type_problems(top: Mapping[str, Any], overlay: Mapping[str, Any], key: str | None) -> list[str]:
+    found = []
+    for path, value in _leaves(overlay):
+        if not _has(top, path):
+            continue
+        base = _get(top, path)
+        if value is not None and base is not None and _kind(value) != _kind(base):
+            found.append(
+                f"clusters.{key}.{'.'.join(path)} is {_shape(value)}, but {'.'.join(path)} is {_shape(base)}: "
+                f"give {_kind(base)} (or fix the one in {PARAMS_FILE})"
+            )
+    return found
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "text" if isinstance(value, str) else type(value).__name__
+
+
+def _is_file(cluster: str) -> bool:
+    """Whether ``--cluster`` names a profile file (a path) rather than a built-in."""
+    return "/" in cluster or cluster.endswith((".yaml", ".yml"))
+
+
+def _top(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _plain(v) for k, v in data.items() if k != "clusters"}
+
+
+def _plain(value: Any) -> Any:
+    """A copy that shares nothing (YAML aliases become values of their own)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _leaves(data: Mapping[str, Any], prefix: Key = ()) -> Iterator[tuple[Key, Any]]:
+    """(path, value) of each value :func:`merge` replaces: mappings are merged key by key."""
+    for k, v in data.items():
+        if isinstance(v, Mapping) and v:
+            yield from _leaves(v, (*prefix, k))
+        else:
+            yield (*prefix, k), v
+
+
+def _changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """What to :func:`merge` into ``old`` to make it ``new`` (which has every key of ``old``)."""
+    out: dict[str, Any] = {}
+    for k, v in new.items():
+        if k in old and isinstance(old[k], Mapping) and isinstance(v, Mapping):
+            if sub := _changes(old[k], v):
+                out[k] = sub
+        elif k not in old or old[k] != v or type(old[k]) is not type(v):
+            out[k] = v
+    return out
+
+
+def _has(data: Any, key: Key) -> bool:
+    for part in key:
+        if not isinstance(data, Mapping) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def _get(data: Any, key: Key) -> Any:
+    for part in key:
+        data = data[part] if isinstance(data, Mapping) and part in data else None
+    return data
+
+
+def _put(data: dict[str, Any], key: Key, value: Any) -> None:
+    for part in key[:-1]:
+        data = data.setdefault(part, {})
+    data[key[-1]] = _plain(value)
+
+
+def _short(value: Any) -> str:
+    shown = json.dumps(value, default=str)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _shell(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _hydra(value: Any) -> str:
+    """``value`` in Hydra's override grammar, which ``dvc exp run -S`` parses."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_hydra(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_hydra(v) for v in value) + "]"
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"

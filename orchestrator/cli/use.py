@@ -1,0 +1,132 @@
+"""``orchestrator use`` and ``orchestrator exp run``: switch a project to a cluster.
+
+DVC resolves dvc.yaml from params.yaml before the orchestrator runs, so a cluster's
+values (``clusters.NAME``) run only once they are written there (``use``) or passed to
+``dvc exp run -S`` (``exp run``); ``dvc exp show`` and ``dvc params diff`` then show
+them as the run's params. The switch itself is :func:`orchestrator.config.params.switch`.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.cli.options import cluster_option, project_option
+from orchestrator.config import params
+from orchestrator.errors import ConfigError, OrchestratorError
+
+
+@click.command()
+@click.argument("cluster")
+@project_option
+def use(cluster: str, project: Path) -> None:
+    """Switch the project to CLUSTER: write its values (params.yaml's clusters.CLUSTER) into
+    params.yaml and set orchestrator.cluster, so that DVC resolves and runs them.
+
+    The values replaced are kept under clusters.local; `orchestrator use local` puts them
+    back. `orchestrator render --cluster CLUSTER` shows the result first.
+    """
+    _not_empty(cluster)
+    path = project / params.PARAMS_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist: `orchestrator use` switches the values in a project's {params.PARAMS_FILE}")
+    prm = params.load(project)
+    sw = params.switch(prm, cluster)
+    changes = sw.changes(prm)
+    if not changes and sw.kept is None:
+        click.echo(f"{params.PARAMS_FILE} already holds {cluster}'s values")
+        return
+    text = _written(path, prm, sw)
+    from orchestrator.util import files
+
+    files.atomic_write(path, text, mode=path.stat().st_mode & 0o7777)
+    entry = f"clusters.{sw.key}" if sw.key else "no clusters entry"
+    click.echo(f"{params.PARAMS_FILE}: switched to {cluster} ({entry}; {len(changes)} value(s) changed)")
+    for key, value in changes:
+        click.echo(f"  {'.'.join(key)}: {params._short(value)}")
+    if sw.kept is not None:
+        click.echo(f"  the values replaced are kept under clusters.{params.HOME} (`orchestrator use {params.HOME}` puts them back)")
+
+
+@click.group()
+def exp() -> None:
+    """DVC experiments on a cluster, with its values."""
+
+
+@exp.command(name="run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@cluster_option("The cluster whose values (clusters.NAME) the experiment runs with", default=None)
+@click.option("--print", "print_only", is_flag=True, help="Print the dvc exp run command line; run nothing.")
+@project_option
+@click.argument("dvc_args", nargs=-1, type=click.UNPROCESSED)
+def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tuple[str, ...]) -> None:
+    """`dvc exp run DVC_ARGS` with -S for each of the cluster's values, e.g.
+    `orchestrator exp run --cluster lumi -n on-lumi`: the experiment's params.yaml holds
+    them (dvc exp show), the workspace's stays as it is."""
+    prm = params.load(project)
+    name = cluster or prm.named_cluster(None)
+    if not name:
+        raise OrchestratorError("no cluster given: name the one whose values the experiment runs with, e.g. --cluster lumi")
+    sets = params.dvc_sets(prm, name)
+    command = ["dvc", "exp", "run", *dvc_args, *(arg for s in sets for arg in ("-S", s))]
+    if print_only:
+        click.echo(shlex.join(command))
+        return
+    click.echo(f"orchestrator: {shlex.join(command)}", err=True)
+    try:
+        done = subprocess.run(command, cwd=project, check=False)
+    except FileNotFoundError:
+        raise OrchestratorError("dvc is not installed here (the dvc command was not found)") from None
+    sys.exit(done.returncode)
+
+
+def _not_empty(cluster: str) -> None:
+    if not cluster.strip():
+        raise OrchestratorError(f"{cluster!r} is empty: give a built-in profile name (orchestrator clusters) or a profile file")
+
+
+def _written(path: Path, prm: params.Params, sw: params.Switch) -> str:
+    """params.yaml's text with the switch made, its comments and layout kept where the values stay
+    (ruamel's round trip, as DVC's own -S writes it); checked to read back as the switch says."""
+    from ruamel.yaml import YAML
+
+    from orchestrator.util import files, yamlio
+
+    yaml = YAML()  # round trip
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 4096
+    yaml.preserve_quotes = True
+    doc = yaml.load(files.read_text(path))
+    for key, value in sw.changes(prm):
+        _assign(doc, key, value)
+    if sw.kept is not None:
+        for key, value in params._leaves(params._changes(params._plain(prm.overlays.get(params.HOME, {})), sw.kept)):
+            _assign(doc, ("clusters", params.HOME, *key), value)
+    out = io.StringIO()
+    yaml.dump(doc, out)
+    text = out.getvalue()
+    back = params.from_data(yamlio.load_text(text, str(path)), str(path))
+    if params._top(back.data) != sw.top or (sw.kept is not None and params._plain(back.overlays.get(params.HOME)) != sw.kept):
+        raise OrchestratorError(f"{path}: the switch did not read back as written (an alias shared with other values?); nothing written")
+    return text
+
+
+def _assign(doc: Any, key: tuple[str, ...], value: Any) -> None:
+    """Set ``doc[key...]``, making the mappings on the way; a mapping that is also an alias
+    elsewhere (a YAML anchor) is copied first, so that nothing else changes with it."""
+    node = doc
+    for part in key[:-1]:
+        child = node.get(part)
+        if not isinstance(child, Mapping):
+            child = {}
+        elif getattr(getattr(child, "anchor", None), "value", None):
+            child = params._plain(child)
+        node[part] = child
+        node = child
+    node[key[-1]] = params._plain(value)
