@@ -61,6 +61,12 @@ class Partition:
     # Sites that cap the time limit by the job's size (Frontier's batch: 2 h up to 91 nodes, 6 h up
     # to 183): {N: T} means a job of up to N nodes gets at most T; larger jobs get max_time.
     max_time_by_nodes: dict[int, str] = field(default_factory=dict)
+    # The memory a job asks for, as the site's own examples ask it (a Slurm size: 60G, 491520M):
+    # mem_per_gpu on partitions that share nodes (`--mem-per-gpu`, LUMI's small-g: without it a job
+    # gets the site's default per-CPU memory), mem on whole-node ones (`--mem`, per node). At most
+    # one (Slurm refuses --mem with --mem-per-gpu). None: not requested, the site's default applies.
+    mem_per_gpu: str | None = None
+    mem: str | None = None
 
     def time_limit(self, nodes: int) -> str:
         """The longest time a job of ``nodes`` nodes may ask for here."""
@@ -85,6 +91,10 @@ class Scheduler:
     cluster_name: str | None = None  # Slurm's ClusterName on this cluster
     account_pattern: str = ".+"  # regular expression an account must match in full
     account_example: str | None = None
+    # True where the example is an account that exists (the testbed makes its own): no warning when a
+    # job uses it. False (real sites): the example is a placeholder, and a job using it is warned of
+    # (`render`) and refused by `render --check`.
+    account_example_exists: bool = False
     default_partition: str | None = None
     default_time: str = "01:00:00"
     # Sent to every task this long before the time limit: the training checkpoints
@@ -118,7 +128,7 @@ class Scheduler:
 # stderr away from the log that status, logs and a failed run show.
 PLANNED_OPTIONS = frozenset(
     "job-name account partition qos constraint time nodes ntasks-per-node gpus-per-node cpus-per-task exclusive "
-    "signal requeue open-mode output error chdir dependency array".split()
+    "signal requeue open-mode output error chdir dependency array mem mem-per-gpu".split()
 )
 # sbatch's one-letter forms of those, which it reads as the same options.
 _SHORT_OPTIONS = {
@@ -488,10 +498,51 @@ def problems(p: Profile) -> list[str]:
                 )
         if part.cpus_per_node is not None and part.cpus_per_node < 1:
             found.append(f"scheduler.partitions.{key}.cpus_per_node must be at least 1 (leave it out for the profile's node)")
+        found += _memory_problems(key, part, n)
     found += _node_problems(n)
     found += _environment_problems(p)
     found += build_problems(p)
     found += _site_problems(p)
+    return found
+
+
+# A Slurm memory size: a whole number with an optional unit (Slurm's default unit is M).
+_MEMORY = re.compile(r"([1-9][0-9]{0,8})([KMGT]?)")
+_MEMORY_GB = {"K": 1 / 1024**2, "M": 1 / 1024, "": 1 / 1024, "G": 1, "T": 1024}
+
+
+def memory_gb(size: str) -> float:
+    """A size as Slurm reads it (``60G``, ``491520M``, ``491520``: megabytes), in GiB."""
+    m = _MEMORY.fullmatch(size)
+    if m is None:
+        raise ValueError(size)
+    return int(m.group(1)) * _MEMORY_GB[m.group(2)]
+
+
+def _memory_problems(key: str, part: Partition, n: Node) -> list[str]:
+    """A partition's memory request: a Slurm size, one of the two, within what a node has."""
+    found: list[str] = []
+    where = f"scheduler.partitions.{key}"
+    for what, size in (("mem_per_gpu", part.mem_per_gpu), ("mem", part.mem)):
+        if size is not None and not _MEMORY.fullmatch(size):
+            found.append(
+                f"{where}.{what} {size!r}: expected a Slurm memory size, a whole number with K, M, G or T (such as 60G or 491520M)"
+            )
+    if found:
+        return found
+    if part.mem_per_gpu is not None and part.mem is not None:
+        found.append(
+            f"{where}: give mem_per_gpu (partitions that share nodes) or mem (whole nodes), not both: Slurm refuses the two together"
+        )
+    if part.mem_per_gpu is not None and part.cpus_per_node is not None:
+        found.append(f"{where}.mem_per_gpu: the partition's nodes are not the profile's GPU nodes (it has cpus_per_node); give mem instead")
+    elif part.mem_per_gpu is not None and not n.gpus:
+        found.append(f"{where}.mem_per_gpu: the profile's nodes have no GPU (node.gpus 0); give mem instead")
+    node_gb = n.memory_gb if part.cpus_per_node is None else None  # another node type's memory is not stated
+    if node_gb is not None:
+        per_node = memory_gb(part.mem_per_gpu) * n.gpus if part.mem_per_gpu is not None else memory_gb(part.mem) if part.mem else 0
+        if per_node > node_gb:
+            found.append(f"{where}: asks {per_node:g} GiB per node, more than the node's {node_gb:g} GB (node.memory_gb)")
     return found
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config.profile import LoadedProfile, Profile
-from orchestrator.scripts.plan import Plan
+from orchestrator.scripts.plan import Plan, placeholder_account
 from orchestrator.slurm import config as slurm_config
 from orchestrator.util.patterns import RUNTIME_REF
 from orchestrator.util.runner import Runner
@@ -44,7 +44,18 @@ class Findings:
 
 def check(plans: Sequence[Plan], loaded: LoadedProfile, runner: Runner) -> Findings:
     problems, notes = image_files(plans, loaded.profile, runner)
-    return Findings(tuple(problems), tuple(undeclared(plans)), tuple(notes))
+    return Findings(tuple(placeholder_accounts(plans, loaded.profile) + problems), tuple(undeclared(plans)), tuple(notes))
+
+
+def placeholder_accounts(plans: Sequence[Plan], p: Profile) -> list[str]:
+    """The profile's example account (scheduler.account_example) where the jobs would bill it: a
+    problem under `render --check`, which passes only what could be submitted (sbatch refuses an
+    account the user is not in, or bills a stranger's)."""
+    by_account: dict[str, list[str]] = {}
+    for plan in plans:
+        if plan.account and placeholder_account(p, plan.account):
+            by_account.setdefault(plan.account, []).append(plan.item)
+    return [f"{_who(items)}: {placeholder_account(p, account)}" for account, items in by_account.items()]
 
 
 # --- the image file ------------------------------------------------------------------------------

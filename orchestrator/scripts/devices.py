@@ -18,8 +18,12 @@ from orchestrator.config.profile import LoadedProfile
 
 Accelerator = Literal["gpu", "cpu"]
 
-# Hide every GPU from a CPU item's processes, whatever the command does with `auto`.
-HIDE_GPUS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+# Hide every GPU from a CPU item's processes, whatever the command does with `auto`. On AMD,
+# ROCR_VISIBLE_DEVICES is the lowest level (ROCr, under HIP): set, even empty, ROCr filters the GPUs
+# by its list (ROCR-Runtime's flag.h: filter_visible_gpus_ = IsEnvVarSet("ROCR_VISIBLE_DEVICES")),
+# so '' leaves none; with HIP_VISIBLE_DEVICES alone ROCr still opens every GPU under HIP's filter (each
+# masks at its own level: ROCm/ROCR-Runtime#155). Other vendors ignore it: the script reads the same everywhere.
+HIDE_GPUS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 
 
 @dataclass(frozen=True)

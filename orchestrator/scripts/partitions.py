@@ -42,13 +42,13 @@ def choose(named: str | None, p: Profile, nodes: int, gpus_per_node: int, time: 
                 f"partition {named} bills {cost:g} {billing.unit} an hour for this job; {cheaper[0]} would bill "
                 f"{cheaper[1]:g} (leave the partition unnamed to have it chosen)"
             )
-        return Choice(named, _units(cost, billing), note)
+        return Choice(named, units(cost, billing), note)
     if not priced:
         cost = _hourly(billing, p.scheduler.partitions.get(default or ""), nodes, gpus_per_node)
-        return Choice(default, _units(cost, billing))
+        return Choice(default, units(cost, billing))
     order = [default, *p.scheduler.partitions]  # ties: the default, then the profile's order
     best = min(priced, key=lambda name: (priced[name], order.index(name)))
-    return Choice(best, _units(priced[best], billing))
+    return Choice(best, units(priced[best], billing))
 
 
 def _fitting(p: Profile, nodes: int, time: str) -> dict[str, Partition]:
@@ -76,5 +76,5 @@ def _hourly(billing: Billing | None, part: Partition | None, nodes: int, gpus_pe
     return billing.hourly(nodes, nodes * gpus_per_node, part.whole_node)
 
 
-def _units(cost: float | None, billing: Billing | None) -> str | None:
+def units(cost: float | None, billing: Billing | None) -> str | None:
     return None if cost is None or billing is None else f"{cost:g} {billing.unit}/h"

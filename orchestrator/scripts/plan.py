@@ -256,7 +256,7 @@ def make_plan(
         notes=tuple(_cpu_job_notes(job, p, partition_name, partition))
         + _image_notes(p, job, settings, inputs)
         + ((chosen.note,) if chosen and chosen.note else ()),
-        billed=chosen.billed if chosen else None,
+        billed=chosen.billed if chosen else _cpu_job_billed(job, p, partition_name, partition),
     )
 
 
@@ -322,6 +322,35 @@ def _cpu_problems(cpus: int, p: Profile, partition_name: str | None, partition: 
         usable = n.usable_cpus
         where = f"{p.name} nodes have {usable} usable ({n.cores} cores x {n.threads_per_core} thread(s){reserved})"
     return [f"asks for {cpus} CPUs per task (--cpus {cpus}), but {where}"] if cpus > usable else []
+
+
+def placeholder_account(p: Profile, account: str | None) -> str | None:
+    """What is wrong when the job's account is the profile's example (scheduler.account_example): a
+    value from the site's documentation, not the user's project, which sbatch refuses (or bills to a
+    stranger's project). `render --check` counts it as a problem (scripts.cluster_checks); the plan
+    itself allows it, so that scripts can be rendered and read before an account is known."""
+    s = p.scheduler
+    if not p.uses_slurm or not account or account != s.account_example or s.account_example_exists:
+        return None
+    return (
+        f"account {account!r} is {p.name}'s example (scheduler.account_example), not your project's: set orchestrator.account "
+        "in params.yaml or pass --account"
+    )
+
+
+def _cpu_job_billed(job: JobSpec, p: Profile, partition_name: str | None, partition: Partition | None) -> str | None:
+    """What an hour of a CPU job costs where it holds GPU nodes (no CPU partition, or one named):
+    a whole-node partition bills its nodes as for a GPU job (Frontier, JUWELS Booster); a shared one
+    bills the GPUs whose share of the CPUs it takes (LUMI's small-g: a slice of 8 cores per GCD).
+    None on a CPU partition (billed in other units than the profile's site.billing) or without billing."""
+    billing = p.site.billing
+    gpu_nodes = p.node.gpus and (p.node.processes_on or "gpu") == "gpu"
+    if job.cpus is None or billing is None or partition is None or not gpu_nodes or partition.cpus_per_node is not None:
+        return None
+    # Slurm's CPUs are hardware threads (LUMI-G: 128 per node, so a GCD's slice of 8 cores is 16 of them).
+    cpus_per_gpu = max(1, p.node.logical_cpus // p.node.gpus)
+    gpus = job.nodes * min(p.node.gpus, -(-job.cpus // cpus_per_gpu))  # whole slices, at most the node's GPUs
+    return partitions.units(billing.hourly(job.nodes, gpus, partition.whole_node), billing)
 
 
 def _cpu_job_notes(job: JobSpec, p: Profile, partition_name: str | None, partition: Partition | None) -> list[str]:
@@ -424,6 +453,12 @@ def _scheduler_args(name, account, partition_name, partition, time, job, p, layo
         args.append(f"--gpus-per-node={gpus}")
     if cpus_per_task:
         args.append(f"--cpus-per-task={cpus_per_task}")
+    # The partition's memory request (the profile cites the site's page for it): per GPU only for a
+    # job that asks for GPUs; a CPU job on such a partition keeps the site's per-CPU default.
+    if partition and partition.mem_per_gpu and gpus:
+        args.append(f"--mem-per-gpu={partition.mem_per_gpu}")
+    elif partition and partition.mem:
+        args.append(f"--mem={partition.mem}")
     if partition and partition.whole_node:
         args.append("--exclusive")
     if p.scheduler.requeue_signal:

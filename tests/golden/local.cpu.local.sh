@@ -23,6 +23,7 @@ orch_task() {
   export GLOO_SOCKET_IFNAME="lo"
   export CUDA_VISIBLE_DEVICES=''
   export HIP_VISIBLE_DEVICES=''
+  export ROCR_VISIBLE_DEVICES=''
   export OMP_NUM_THREADS=2
   export ORCH_ITEM=prepare@3
   export ORCH_PROFILE=local

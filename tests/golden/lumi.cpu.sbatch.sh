@@ -39,6 +39,7 @@ orch_task() {
   export NCCL_SOCKET_IFNAME="hsn0,hsn1,hsn2,hsn3"
   export CUDA_VISIBLE_DEVICES=''
   export HIP_VISIBLE_DEVICES=''
+  export ROCR_VISIBLE_DEVICES=''
   export OMP_NUM_THREADS=16
   export ORCH_ITEM=prepare@3
   export ORCH_PROFILE=lumi

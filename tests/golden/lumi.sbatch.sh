@@ -7,6 +7,7 @@
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=7
+#SBATCH --mem=480G
 #SBATCH --exclusive
 #SBATCH --signal=USR1@90
 #SBATCH --requeue

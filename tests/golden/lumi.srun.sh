@@ -90,6 +90,7 @@ for attempt in $(seq 0 3); do
     --ntasks-per-node=8 \
     --gpus-per-node=8 \
     --cpus-per-task=7 \
+    --mem=480G \
     --exclusive \
     --signal=USR1@90 \
     --open-mode=append \

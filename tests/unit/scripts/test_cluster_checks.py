@@ -18,7 +18,8 @@ CMD = ("python", SCRIPT, "--pipeline-params-path", "experiments/configs/eval.yam
 
 def plan_for(workspace, *, cluster="lumi", image="lumi", inputs=(), outputs=(), item="bench@x", wdir="", form=None, command=CMD, **kw):
     loaded = kw.pop("loaded", None) or profile.load(cluster)
-    settings = params.Settings(account="project_465000858", image=image, **kw)
+    # Not lumi's account_example, which `render --check` refuses (test_placeholder_* below).
+    settings = params.Settings(account=kw.pop("account", "project_465001234"), image=image, **kw)
     spec = JobSpec(command=command, nodes=1, gpus_per_node=1)
     return make_plan(spec, item, wdir, loaded, settings, str(workspace), form, inputs=inputs, outputs=outputs)
 
@@ -106,12 +107,12 @@ def test_a_missing_image_file_fails_the_check_on_the_cluster_itself(tmp_path):
 
 
 def test_elsewhere_the_image_file_is_not_looked_for_and_a_note_says_so(tmp_path):
-    plans = [plan_for(tmp_path, image="/project/project_465000858/klajster.sif")]
+    plans = [plan_for(tmp_path, image="/project/project_465001234/klajster.sif")]
     lumi = profile.load("lumi")
     found = cluster_checks.check(plans, lumi, cluster_named("testbed"))
     assert found.problems == ()
     (note,) = found.notes
-    assert note.startswith("image /project/project_465000858/klajster.sif not looked for: this is not a login node of lumi")
+    assert note.startswith("image /project/project_465001234/klajster.sif not looked for: this is not a login node of lumi")
     assert "ClusterName here is 'testbed'" in note
     no_slurm = FakeRunner(installed=set())
     (note,) = cluster_checks.check(plans, lumi, no_slurm).notes
@@ -143,10 +144,10 @@ def test_a_missing_image_is_named_with_the_references_submit_can_expand(tmp_path
     c = dataclasses.replace(loaded.profile.container, image=f"{tmp_path}/${{SLURM_JOB_ACCOUNT}}/${{USER}}/site.sif")
     loaded = dataclasses.replace(loaded, profile=dataclasses.replace(loaded.profile, container=c))
     plan = plan_for(tmp_path, loaded=loaded, image="site")
-    expected = f"{tmp_path}/project_465000858/alice/site.sif"
+    expected = f"{tmp_path}/project_465001234/alice/site.sif"
     assert cluster_checks.missing_image(plan, "alice").startswith(f"the container image {expected} does not exist")
-    (tmp_path / "project_465000858" / "alice").mkdir(parents=True)
-    (tmp_path / "project_465000858" / "alice" / "site.sif").write_bytes(b"SIF")
+    (tmp_path / "project_465001234" / "alice").mkdir(parents=True)
+    (tmp_path / "project_465001234" / "alice" / "site.sif").write_bytes(b"SIF")
     assert cluster_checks.missing_image(plan, "alice") is None
 
 
@@ -156,3 +157,31 @@ def test_an_image_only_the_job_can_locate_is_not_judged(tmp_path):
     loaded = dataclasses.replace(loaded, profile=dataclasses.replace(loaded.profile, container=c))
     assert cluster_checks.missing_image(plan_for(tmp_path, loaded=loaded, image="site"), "alice") is None
     assert cluster_checks.missing_image(plan_for(tmp_path, cluster="testbed", image="none"), "alice") is None  # no container
+
+
+# --- the profile's example account ------------------------------------------------------------------
+
+
+def test_placeholder_account_fails_the_check_and_names_the_fix(tmp_path):
+    lumi = profile.load("lumi")
+    plans = [plan_for(tmp_path, account="project_465000858", item=f"bench@{i}") for i in range(2)]
+    assert plans[0].problems == ()  # rendering before an account is known stays possible
+    (problem,) = cluster_checks.check(plans, lumi, cluster_named("testbed")).problems
+    assert problem == (
+        "bench@0, bench@1: account 'project_465000858' is lumi's example (scheduler.account_example), not your project's: "
+        "set orchestrator.account in params.yaml or pass --account"
+    )
+
+
+def test_frontiers_example_account_is_a_placeholder_too(tmp_path):
+    frontier = profile.load("frontier")
+    plans = [plan_for(tmp_path, cluster="frontier", image="none", account="abc123")]
+    (problem,) = cluster_checks.check(plans, frontier, cluster_named("testbed")).problems
+    assert "account 'abc123' is frontier's example" in problem
+
+
+def test_an_example_account_that_exists_is_no_placeholder(tmp_path):
+    # The testbed makes its example account itself (account_example_exists: true).
+    testbed = profile.load("testbed")
+    plans = [plan_for(tmp_path, cluster="testbed", image="none", account="project_465000858")]
+    assert cluster_checks.check(plans, testbed, cluster_named("testbed")).problems == ()
