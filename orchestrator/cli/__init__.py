@@ -28,6 +28,8 @@ class _Group(click.Group):
         "fetch": ("orchestrator.cli.remote:fetch", "Bring finished items' outputs and dvc.lock entries from the cluster, hash-checked."),
         "init": ("orchestrator.cli.init:init", "Add what an existing DVC project needs: params section, ignores, images.yaml."),
         "plan": ("orchestrator.cli.plan:plan", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
+        "use": ("orchestrator.cli.use:use", "Switch the project to a cluster: write its values (clusters.NAME) into params.yaml."),
+        "exp": ("orchestrator.cli.use:exp", "DVC experiments with a cluster's values: exp run --cluster NAME."),
         "report": ("orchestrator.cli.report:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),
         "profile-diff": (
             "orchestrator.cli.profile_diff:profile_diff",

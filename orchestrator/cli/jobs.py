@@ -73,6 +73,7 @@ def submit(
     if with_changes and not remote:
         raise OrchestratorError("--with-changes goes with --remote (it says what to send to the login node)")
     if remote:
+        _require_switched(project, cluster)
         argv = forwarded("submit", [*([f"--cluster={cluster}"] if cluster else []), *(["--force"] if force else [])], targets)
         return run_remote(project, cluster, argv, sync=True, with_changes=with_changes)
     say = lambda line: click.echo(f"orchestrator: {line}", err=True)  # noqa: E731
@@ -344,3 +345,12 @@ def cancel(targets: tuple[str, ...], project: Path, remote: bool) -> None:
     with hinting(project, None):
         ids = st.cancel(project, SubprocessRunner(), targets)
     click.echo(f"cancelled {len(ids)} job(s){': ' + ' '.join(ids) if ids else ''}")
+
+
+def _require_switched(project: Path, cluster: str | None) -> None:
+    """Before anything is sent: the cluster --remote submits on must be the one params.yaml's values are for."""
+    from orchestrator.config import params
+    from orchestrator.remote import destination
+
+    prm = params.load(project)
+    params.require_switched(prm, destination.named_cluster(prm, cluster), "sent or submitted")

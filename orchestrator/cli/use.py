@@ -102,7 +102,7 @@ def _written(path: Path, prm: params.Params, sw: params.Switch) -> str:
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.width = 4096
     yaml.preserve_quotes = True
-    doc = yaml.load(files.read_text(path))
+    doc = yaml.load(files.read_text(path, yamlio.MAX_FILE_BYTES, follow_symlinks=True))
     for key, value in sw.changes(prm):
         _assign(doc, key, value)
     if sw.kept is not None:

@@ -501,4 +501,7 @@ def _hydra(value: Any) -> str:
         return "{" + ",".join(f"{k}:{_hydra(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
         return "[" + ",".join(_hydra(v) for v in value) + "]"
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    text = str(value)
+    if re.fullmatch(r"[A-Za-z_][\w.\-/]*", text) and text.lower() not in ("true", "false", "null", "nan", "inf"):
+        return text  # Hydra reads it back as this text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import __version__
+from orchestrator.config import params
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
 from orchestrator.jobs import arrays, backends, ledger, submission
 from orchestrator.pipeline import dvclock, fingerprint, invocation, stages
@@ -152,6 +153,7 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
     from dvc.repo import Repo
 
     ws = Workspace.open(root, cluster, runner, form="sbatch")
+    params.require_switched(params.load(root), ws.cluster, "submitted")
     if not ws.profile.profile.uses_slurm:
         raise OrchestratorError(
             f"`orchestrator submit` queues jobs on Slurm; profile {ws.cluster!r} has no scheduler",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.analysis import energy
-from orchestrator.config import profile
+from orchestrator.config import params, profile
 from orchestrator.errors import ConfigError, JobFailed, PipelineError, PlanError
 from orchestrator.jobs import backends, experiment, faults, ledger, provenance, together
 from orchestrator.jobs.submission import Outcome, Submission, attach_or_submit, bring_outputs
@@ -123,6 +123,8 @@ def run_item(
     force = invocation.forced()  # read before anything is written: a bad ORCH_FORCE stops here
     say = say or _say
     ws = Workspace.open(ctx.root, cluster, runner, form)
+    if ctx.from_dvc:  # DVC resolved this item from params.yaml: from the cluster's values, or nothing runs
+        params.require_switched(params.load(ctx.root), ws.cluster, "run")
     # Inside `dvc repro` the item as DVC resolves it (its deps and outs are staged);
     # by hand, an ad-hoc job that runs where it is.
     item = stages.resolve_one(ctx.root, ctx.item, ws.overlay) if ctx.from_dvc else None
@@ -193,7 +195,7 @@ def run_item(
         # The job's own cluster's accounting, kept with the results (a report from another cluster
         # or revision cannot ask it). slurmdbd may lag a job that just ended: then nothing is kept.
         acct = energy.query_accounting(runner, [record.job_id]) if isinstance(backend, backends.SbatchBackend) else None
-        provenance.write_beside(ctx.root, metrics, provenance.of(record, book.records(ctx.item), acct))
+        provenance.write_beside(ctx.root, metrics, provenance.of(record, book.records(ctx.item), acct), outs)
     return outcome
 
 

@@ -62,7 +62,7 @@ def test_guard_refuses_a_cluster_named_without_its_values():
     with pytest.raises(ConfigError) as err:
         params.require_switched(prm(data), "lumi", "run")
     text = err.value.render()
-    assert "lm.models: [\"tiny\"] here, [\"large\"] on lumi" in text
+    assert 'lm.models: ["tiny"] here, ["large"] on lumi' in text
     assert "`orchestrator use lumi`" in text and "orchestrator exp run --cluster lumi" in text
 
 
@@ -125,5 +125,5 @@ def test_a_profile_file_finds_the_entry_of_the_name_it_gives(tmp_path, monkeypat
 
 def test_dvc_sets_are_hydra_overrides():
     sets = params.dvc_sets(prm(BASE), "frontier")
-    assert sets == ["orchestrator.cluster='frontier'", "orchestrator.account='abc'", "lm.cfgs=[{n:8}]"]
-    assert params._hydra({"a": "x'y", "b": [1, None, True]}) == "{a:'x\\'y',b:[1,null,true]}"
+    assert sets == ["orchestrator.cluster=frontier", "orchestrator.account=abc", "lm.cfgs=[{n:8}]"]
+    assert params._hydra({"a": 'x"y', "b": [1, None, True, "04:00:00", "true"]}) == '{a:"x\\"y",b:[1,null,true,"04:00:00","true"]}'

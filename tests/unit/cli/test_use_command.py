@@ -1,0 +1,77 @@
+"""`orchestrator use NAME` and `orchestrator exp run --cluster NAME --print`: params.yaml switched, comments kept, nothing half-written."""
+
+from __future__ import annotations
+
+import yaml
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+
+PARAMS = """\
+# the base: what a workstation runs
+orchestrator:
+  cluster: local   # switched by `orchestrator use`
+  account: p1
+  image: none
+lm:
+  models: [tiny]   # tiny on a laptop
+  steps: 30
+  cfgs:
+    - {n: 1}
+clusters:
+  lumi:
+    orchestrator: {image: lumi}
+    lm: &big
+      models: [large]
+      steps: 2000
+  frontier:
+    orchestrator: {account: abc}
+    lm: *big
+"""
+
+
+def use(project, *args):
+    return CliRunner().invoke(main, ["use", *args, "--project", str(project)])
+
+
+def test_use_writes_the_values_and_keeps_the_comments(tmp_path):
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    result = use(tmp_path, "lumi")
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "params.yaml").read_text()
+    assert "# the base: what a workstation runs" in text and "# tiny on a laptop" in text
+    data = yaml.safe_load(text)
+    assert data["orchestrator"] == {"cluster": "lumi", "account": "p1", "image": "lumi"}
+    assert data["lm"] == {"models": ["large"], "steps": 2000, "cfgs": [{"n": 1}]}
+    assert data["clusters"]["local"] == {"orchestrator": {"image": "none"}, "lm": {"models": ["tiny"], "steps": 30}}
+    assert data["clusters"]["frontier"]["lm"] == {"models": ["large"], "steps": 2000}  # the alias still the anchor's
+    # and back: the base's values, every one
+    assert use(tmp_path, "local").exit_code == 0
+    back = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    original = yaml.safe_load(PARAMS)
+    assert {k: v for k, v in back.items() if k != "clusters"} == {k: v for k, v in original.items() if k != "clusters"}
+    again = use(tmp_path, "local")
+    assert again.exit_code == 0 and "already holds local's values" in again.output
+
+
+def test_bad_input_is_one_message_and_nothing_written(tmp_path):
+    for bad in (
+        PARAMS.replace("  frontier:", "  lumii:"),
+        PARAMS.replace("steps: 2000", "steps: '2000'"),
+    ):
+        (tmp_path / "params.yaml").write_text(bad)
+        result = use(tmp_path, "lumi")
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output and result.output.count("error:") == 1
+        assert (tmp_path / "params.yaml").read_text() == bad
+        assert [p.name for p in tmp_path.iterdir()] == ["params.yaml"]  # no temporary file left
+
+
+def test_exp_run_prints_dvc_exp_run_with_the_values(tmp_path):
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    result = CliRunner().invoke(main, ["exp", "run", "--cluster", "lumi", "--print", "--project", str(tmp_path), "-n", "on-lumi"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == (
+        "dvc exp run -n on-lumi -S orchestrator.cluster=lumi -S orchestrator.image=lumi -S 'lm.models=[large]' -S lm.steps=2000"
+    )
+    assert (tmp_path / "params.yaml").read_text() == PARAMS
