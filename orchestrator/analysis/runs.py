@@ -3,7 +3,9 @@
 A *run* is a dvc.yaml item with a ``metrics.json`` output (the training's results
 file, ``experiments/common/metrics.py``). Beside it lie ``provenance.json`` (written by
 the orchestrator when the job succeeded: job id, backend, nodes, elapsed time,
-requeues, profile) and ``dvclive/plots/metrics/**.tsv`` (the per-step curves).
+requeues, profile; kept under ``.orchestrator/provenance/`` instead where the stage
+does not declare it, :mod:`orchestrator.jobs.provenance`) and
+``dvclive/plots/metrics/**.tsv`` (the per-step curves).
 An item whose ``metrics.json`` is absent or unreadable is *missing*: it is listed,
 and its values are shown as missing, never as 0.
 """
@@ -93,7 +95,10 @@ def _config_of(directory: str) -> tuple[int | None, int | None]:
 def read_run(root: Path, expected: Expected, source: str | None = None) -> Run:
     folder = root / expected.directory
     metrics, problem = _read_json(folder / METRICS_FILE, f"{expected.directory}/{METRICS_FILE}")
-    prov, _ = _read_json(folder / stages.PROVENANCE_FILE, f"{expected.directory}/{stages.PROVENANCE_FILE}")
+    from orchestrator.jobs import provenance
+
+    found = provenance.find(root, expected.directory)
+    prov, _ = _read_json(found, found.relative_to(root).as_posix())
     if problem and source:
         problem += f" at {source}"
     return Run(expected, metrics, prov, read_curves(folder / CURVES_DIR) if metrics is not None else {}, problem, source)

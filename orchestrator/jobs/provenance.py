@@ -3,8 +3,15 @@
 Taken when a job is submitted (code version, profile and script by hash, the
 container image by path and by its file's sha256) and completed when it ends (job
 ids, nodes, requeues). It lives in the ledger record and, once the job succeeded,
-in ``provenance.json`` beside each of the stage's metrics files, where it travels
-with the results.
+in ``provenance.json`` beside each of the stage's metrics files where the stage
+declares it (``cache: false, persist: true``, as the shipped pipeline and `orchestrator
+init --wrap` do), so that it travels with the results in git and DVC experiments.
+Where the stage does not declare it, it is kept under the orchestrator's own folder
+(``.orchestrator/provenance/<the metrics folder>/``) instead: an undeclared file in the
+user's results folder would be an untracked file git lists and DVC does not know.
+
+A run from a workspace with uncommitted changes cannot be re-run from its commit: its
+provenance names the changed files and says so instead of giving a re-run command.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+import posixpath
+import subprocess
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from orchestrator.analysis import energy
@@ -53,7 +62,25 @@ def at_submission(
     code = git.state(root, runner, untracked=False)
     if code is not None:
         prov["git_commit"], prov["git_dirty"] = code.commit, code.dirty
+        if code.dirty:
+            prov["git_dirty_files"] = dirty_files(root, runner)
     return prov
+
+
+# How many changed files provenance names: enough to say what differs, not a listing of a whole tree.
+MAX_DIRTY_FILES = 20
+
+
+def dirty_files(root: Path, runner: Runner) -> list[str]:
+    """The tracked files that differ from HEAD (as ``git status`` names them), at most
+    MAX_DIRTY_FILES and then how many more; untracked files are not changes to the code."""
+    try:
+        done = runner.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    names = [line[3:] for line in done.stdout.splitlines() if len(line) > 3] if done.returncode == 0 else []
+    more = len(names) - MAX_DIRTY_FILES
+    return names[:MAX_DIRTY_FILES] + ([f"(+{more} more)"] if more > 0 else [])
 
 
 def image_sha256(root: Path, image: str, account: str | None) -> str | None:
@@ -109,8 +136,26 @@ def of(record: ledger.Record, history: Sequence[ledger.Record], accounting: ener
         "script": record.script,
         "log": record.log,
         "fingerprint": record.fingerprint,
-        "rerun": f"git checkout {record.provenance.get('git_commit', '<commit>')} && dvc repro {record.item}",
+        **rerun(record),
         **({"accounting": kept} if kept else {}),
+    }
+
+
+def rerun(record: ledger.Record) -> dict:
+    """How to produce the result again: the command, or, for a run from uncommitted changes, why
+    there is none (checking out its commit would run other code than it ran)."""
+    prov = record.provenance
+    if not prov.get("git_dirty"):
+        return {"rerun": f"git checkout {prov.get('git_commit', '<commit>')} && dvc repro {record.item}"}
+    changed = prov.get("git_dirty_files")
+    which = f" ({', '.join(changed)})" if changed else " (which files was not recorded)"
+    return {
+        "rerun": None,
+        "not_rerunnable": (
+            f"submitted from a workspace with uncommitted changes{which} on commit {prov.get('git_commit', '<commit>')}: "
+            "that commit does not hold the code this job ran, so it cannot be re-run exactly; "
+            "commit the changes before submitting to make a run reproducible"
+        ),
     }
 
 
@@ -120,8 +165,27 @@ def is_provenance(path: str) -> bool:
     return os.path.basename(path) == FILE
 
 
-def write_beside(root: Path, metrics_files: Sequence[str], data: dict) -> None:
-    """Write ``provenance.json`` next to each metrics file (atomically)."""
+KEPT_DIR = "provenance"  # under the orchestrator's state folder: the provenance of stages that do not declare it
+
+
+def kept_path(root: Path, folder: str) -> Path:
+    """Where the provenance of a metrics folder is kept when its stage does not declare it."""
+    from orchestrator.scripts.workspace import STATE_DIR
+
+    return root / STATE_DIR / KEPT_DIR / folder / FILE
+
+
+def write_beside(root: Path, metrics_files: Sequence[str], data: dict, outs: Collection[str]) -> None:
+    """Write ``provenance.json`` (atomically) next to each metrics file where the stage declares it
+    among ``outs`` (paths as ``metrics_files`` name them), else where :func:`kept_path` says."""
+    declared = {posixpath.normpath(o) for o in outs}
     for folder in sorted({os.path.dirname(m) for m in metrics_files}):
-        path = root / folder / FILE
+        beside = posixpath.join(folder, FILE)
+        path = root / beside if posixpath.normpath(beside) in declared else kept_path(root, folder)
         files.atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def find(root: Path, folder: str) -> Path:
+    """The provenance file of a metrics folder: beside the metrics if there is one, else where it is kept."""
+    beside = root / folder / FILE
+    return beside if beside.exists() else kept_path(root, folder)

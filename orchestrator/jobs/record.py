@@ -98,7 +98,7 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                 if metrics:  # as a foreground run writes it: before DVC hashes the outputs (it may be one)
                     history = book.records(name)
                     done_rec = next((r for r in reversed(history) if r.job_id == rec.job_id), rec)  # with the state just recorded
-                    provenance.write_beside(root, metrics, provenance.of(done_rec, history, acct))
+                    provenance.write_beside(root, metrics, provenance.of(done_rec, history, acct), [o.def_path for o in stage.outs])
                 stage.save()
                 stage.commit()
                 to_dump.setdefault(stage.dvcfile, []).append(stage)

@@ -67,10 +67,17 @@ def test_an_image_file_of_params_is_what_provenance_names():
 
 def test_changed_tracked_files_make_it_dirty_untracked_ones_do_not(tmp_path):
     loaded = selection.load_profile("testbed")
-    runner = git(status=" M orchestrator/jobs/detached.py\n")
-    assert provenance.at_submission(tmp_path, runner, loaded, SCRIPT)["git_dirty"] is True
-    (status,) = [argv for argv in runner.called("git") if "status" in argv]
-    assert "--untracked-files=no" in status  # results beside the code are not a change to the code
+    runner = git(status=" M orchestrator/jobs/detached.py\nR  old.py -> new.py\n")
+    prov = provenance.at_submission(tmp_path, runner, loaded, SCRIPT)
+    assert prov["git_dirty"] is True and prov["git_dirty_files"] == ["orchestrator/jobs/detached.py", "old.py -> new.py"]
+    statuses = [argv for argv in runner.called("git") if "status" in argv]
+    assert statuses and all("--untracked-files=no" in s for s in statuses)  # results beside the code are not a change to the code
+
+
+def test_a_dirty_run_names_at_most_twenty_changed_files(tmp_path):
+    runner = git(status="".join(f" M f{i}.py\n" for i in range(25)))
+    files = provenance.at_submission(tmp_path, runner, selection.load_profile("testbed"), SCRIPT)["git_dirty_files"]
+    assert files == [f"f{i}.py" for i in range(20)] + ["(+5 more)"]
 
 
 @pytest.mark.parametrize("runner", [FakeRunner(installed=set()), git(head="", head_rc=128)], ids=["no git", "not a repository"])
@@ -189,7 +196,7 @@ def test_provenance_json_is_written_once_beside_each_metrics_folder(tmp_path):
         (tmp_path / m).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / "results/a/provenance.json").write_text("{}\n")  # an earlier run's
     data = provenance.of(record("103"), [record("103")])
-    provenance.write_beside(tmp_path, metrics, data)
+    provenance.write_beside(tmp_path, metrics, data, [*metrics, "results/a/provenance.json", "results/./b/provenance.json"])
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
     assert written == ["results/a/provenance.json", "results/b/provenance.json"]  # nothing left beside them
     for folder in ("a", "b"):
@@ -199,7 +206,7 @@ def test_provenance_json_is_written_once_beside_each_metrics_folder(tmp_path):
 
 
 def test_nothing_is_written_without_metrics(tmp_path):
-    provenance.write_beside(tmp_path, [], {"job_id": "1"})
+    provenance.write_beside(tmp_path, [], {"job_id": "1"}, [])
     assert list(Path(tmp_path).iterdir()) == []
 
 
@@ -243,3 +250,45 @@ def test_a_profile_image_path_is_filled_in_from_the_jobs_account(tmp_path, monke
     assert "image_sha256" not in provenance.at_submission(tmp_path, git(), loaded, SCRIPT) and "image" in prov
     image.unlink()
     assert "image_sha256" not in provenance.at_submission(tmp_path, git(), loaded, SCRIPT, account="project_465000858")
+
+
+def test_a_stage_that_does_not_declare_it_gets_it_under_the_orchestrators_folder(tmp_path):
+    """Before: provenance.json was written beside the metrics whether declared or not, an untracked
+    file in the user's results that git lists and DVC does not know."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/metrics.json").write_text('{"loss": 1.0}\n')
+    data = provenance.of(record("103"), [record("103")])
+    provenance.write_beside(tmp_path, ["out/metrics.json"], data, ["out/metrics.json"])
+    assert not (tmp_path / "out/provenance.json").exists()
+    kept = tmp_path / ".orchestrator/provenance/out/provenance.json"
+    assert json.loads(kept.read_text()) == data and provenance.find(tmp_path, "out") == kept
+    (tmp_path / "out/provenance.json").write_text("{}\n")  # declared later: the file beside the metrics wins
+    assert provenance.find(tmp_path, "out") == tmp_path / "out/provenance.json"
+
+
+def test_the_report_reads_the_provenance_kept_under_the_orchestrators_folder(tmp_path):
+    from orchestrator.analysis import runs
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/metrics.json").write_text('{"loss": 1.0}\n')
+    provenance.write_beside(tmp_path, ["out/metrics.json"], {"job_id": "103", "profile": "testbed"}, [])
+    run = runs.read_run(tmp_path, runs.Expected("train@x", "train", "out", 1, 1))
+    assert run.provenance == {"job_id": "103", "profile": "testbed"}
+
+
+def test_a_run_from_uncommitted_changes_says_it_cannot_be_rerun_and_why(tmp_path):
+    """Before: `show` printed `git checkout COMMIT && dvc repro ITEM`, which runs other code than the job ran."""
+    dirty = {"profile": "testbed", "git_commit": COMMIT, "git_dirty": True, "git_dirty_files": ["train.py", "lib/model.py"]}
+    book = ledger.Ledger(tmp_path)
+    with book.locked("train@x") as records:
+        records.append(record("103", provenance=dirty))
+    done = invoke("show", "train@x", "--project", str(tmp_path))
+    assert done.exit_code == 0, done.output
+    shown = yaml.safe_load(done.output)
+    assert shown["rerun"] is None and "git checkout" not in done.output
+    assert shown["not_rerunnable"].startswith(
+        f"submitted from a workspace with uncommitted changes (train.py, lib/model.py) on commit {COMMIT}: "
+        "that commit does not hold the code this job ran, so it cannot be re-run exactly"
+    )
+    unnamed = provenance.of(record("104", provenance={"git_commit": COMMIT, "git_dirty": True}), [])
+    assert "(which files was not recorded)" in unnamed["not_rerunnable"]  # a record from before the files were kept
