@@ -92,9 +92,61 @@ def _config_of(directory: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-def read_run(root: Path, expected: Expected, source: str | None = None) -> Run:
+# The metrics.json keys the report reads that a project may write under names of its own
+# (`orchestrator report --metric NAME=KEY`): the throughput (one of the two), and what it is scaled by.
+MAPPABLE = ("tokens_per_second", "samples_per_second", "mean_step_time_s", "batch_size", "global_batch_size", "flops_per_token")
+
+
+def parse_mapping(given: Sequence[str]) -> dict[str, str]:
+    """``--metric NAME=KEY`` values as {NAME: KEY}; one ConfigError naming every bad one and the valid names."""
+    from orchestrator.errors import ConfigError
+
+    mapping: dict[str, str] = {}
+    problems = []
+    for text in given:
+        name, sep, key = text.partition("=")
+        name, key = name.strip(), key.strip()
+        if not sep or not name or not key:
+            problems.append(f"{text!r}: write NAME=KEY, the report's name and your metrics.json key (e.g. samples_per_second=throughput)")
+        elif name not in MAPPABLE:
+            problems.append(f"{text!r}: the report has no metric {name!r}")
+        elif name in mapping:
+            problems.append(f"{text!r}: {name} is mapped twice")
+        else:
+            mapping[name] = key
+    if problems:
+        raise ConfigError("--metric: cannot map these", problems, hints=[f"the report's metrics: {', '.join(MAPPABLE)}"])
+    return mapping
+
+
+def lookup(metrics: Mapping[str, Any], key: str) -> Any:
+    """``key`` of a metrics file: a top-level key, else a dotted path into nested mappings (as `dvc metrics show` names them)."""
+    if key in metrics:
+        return metrics[key]
+    value: Any = metrics
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def flat_keys(metrics: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every key of a metrics file, nested ones as dotted paths (what ``--metric NAME=KEY`` takes), sorted."""
+    found = []
+    for key, value in metrics.items():
+        path = f"{prefix}{key}"
+        found += flat_keys(value, f"{path}.") if isinstance(value, Mapping) and value else [path]
+    return sorted(found)
+
+
+def read_run(root: Path, expected: Expected, source: str | None = None, mapping: Mapping[str, str] | None = None) -> Run:
+    """The run's metrics (with ``mapping``'s keys read under the report's names), provenance and curves."""
     folder = root / expected.directory
     metrics, problem = _read_json(folder / METRICS_FILE, f"{expected.directory}/{METRICS_FILE}")
+    if metrics is not None and mapping:
+        # The report's name wins only where the user's key is there: a run without it stays without.
+        metrics = {**metrics, **{name: v for name, key in mapping.items() if (v := lookup(metrics, key)) is not None}}
     from orchestrator.jobs import provenance
 
     found = provenance.find(root, expected.directory)

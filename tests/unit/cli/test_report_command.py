@@ -10,7 +10,7 @@ import re
 
 import pytest
 import yaml
-from support import REPORT_DVC_YAML, invoke, make_project
+from support import REPORT_DVC_YAML, fabricate, invoke, make_project
 
 
 def test_cli_writes_the_page_the_summary_and_dvc_plots(reported):
@@ -49,9 +49,65 @@ def test_cli_says_what_is_missing_when_nothing_ran(tmp_path):
     done = invoke("report", "--project", str(project), "--no-accounting")
     assert (
         done.exit_code == 2
-        and "no run has metrics with a throughput yet" in done.output
+        and "no run has a metrics.json yet" in done.output
         and "no results/benchmark/d/m/1x1/metrics.json" in done.output
+        and "run the pipeline first (dvc repro)" in done.output
     )
+
+
+def _renamed(tmp_path):
+    """support.fabricate's results, their throughput written as the team's own `throughput`."""
+    project = fabricate(tmp_path / "p")
+    for path in project.glob("results/**/metrics.json"):
+        metrics = json.loads(path.read_text())
+        metrics["train"] = {"throughput": metrics.pop("samples_per_second")}  # nested, as DVCLive writes them
+        path.write_text(json.dumps(metrics))
+    return project
+
+
+def test_metrics_by_other_names_are_told_which_the_report_needs_and_how_to_map_them(tmp_path):
+    """Before: "no run has metrics with a throughput yet ... run the pipeline first" on runs that had run."""
+    project = _renamed(tmp_path)
+    done = invoke("report", "--project", str(project), "--no-accounting")
+    assert done.exit_code == 2 and "Traceback" not in done.output, done.output
+    assert "no run's metrics.json has a throughput: the report needs tokens_per_second or samples_per_second" in done.output
+    assert "benchmark@pydoc-topics-tiny-device_cfg0: its metrics.json has accelerator, batch_size" in done.output
+    assert "mean_step_time_s, num_nodes, torch_version, train.throughput, world_size" in done.output
+    assert "map your own: --metric samples_per_second=KEY" in done.output and "run the pipeline first" not in done.output
+    assert not (project / "reports").exists()
+    mapped = invoke("report", "--project", str(project), "--no-accounting", "--metric", "samples_per_second=train.throughput")
+    assert mapped.exit_code == 0, mapped.output
+    assert "3 run(s), 1 missing, weak scaling, baseline 1x1" in mapped.output
+    assert "| 1x4 | 4 | 360 | 3.60x | 90% |" in (project / "reports/summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("mapping", "said"),
+    [
+        ("samples=train.throughput", ["--metric: cannot map these", "the report has no metric 'samples'", "samples_per_second"]),
+        ("samples_per_second", ["write NAME=KEY"]),
+        ("samples_per_second=train.thruput", ["no run's metrics.json has that key", "the keys the runs have: accelerator,"]),
+    ],
+)
+def test_a_metric_name_the_report_cannot_use_is_one_message_and_writes_nothing(tmp_path, mapping, said):
+    project = _renamed(tmp_path)
+    done = invoke("report", "--project", str(project), "--no-accounting", "--metric", mapping)
+    assert done.exit_code == 2 and "Traceback" not in done.output and all(s in done.output for s in said), done.output
+    assert not (project / "reports").exists()
+
+
+def test_a_metrics_file_by_another_name_is_named_with_the_one_the_report_reads(tmp_path):
+    dvc_yaml = REPORT_DVC_YAML.replace("metrics.json", "scores.json")
+    assert dvc_yaml != REPORT_DVC_YAML
+    project = make_project(
+        tmp_path / "p",
+        dvc_yaml=dvc_yaml,
+        params_yaml=yaml.safe_dump({"benchmark": {"datasets": ["d"], "models": ["m"], "device_cfgs": [{"num_nodes": 1, "num_gpus": 1}]}}),
+    )
+    done = invoke("report", "--project", str(project), "--no-accounting")
+    assert done.exit_code == 2 and "no metrics.json among the outputs" in done.output, done.output
+    assert "outputs that may be your metrics: results/benchmark/d/m/1x1/scores.json" in done.output
+    assert "name your metrics file metrics.json" in done.output
 
 
 def test_the_page_needs_no_network(reported):
