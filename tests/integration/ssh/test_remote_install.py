@@ -1,0 +1,75 @@
+"""`orchestrator remote install` over the loopback sshd: from a workstation clone, the one command puts
+this side's version in a venv under the cluster folder of a login node whose PATH has no orchestrator,
+and `--remote` then runs that venv's. Before it, --remote names the command (exit 2, nothing sent).
+
+Feasible on a small machine: the wheel is built once here, and the venv there is made with
+--system-site-packages from this interpreter, whose site-packages already hold DVC and the other
+dependencies, so pip installs offline (--wheels: --no-index) only the orchestrator's own wheel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import ROOT, one_error
+
+from orchestrator import __version__
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("wheels")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)], check=True, timeout=600)
+    return folder
+
+
+def test_one_command_installs_this_version_there_and_remote_then_runs_it(login, tmp_path, wheels):
+    project = login.workstation(tmp_path / "ws" / "proj")
+    login.set_setup(["export PATH=/usr/bin:/bin"])  # git, flock and setsid stay; this machine's orchestrator goes
+    one_error(login.orchestrator("status", "--remote", cwd=project), "not installed on login-node", "orchestrator remote install")
+    assert not login.cluster_root.exists()
+
+    python = str(Path(sys.executable).resolve())
+    done = login.orchestrator("remote", "install", "--wheels", str(wheels), "--python", python, "--system-site-packages", cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    venv = login.cluster_root / ".orchestrator" / f"venv-{__version__}"
+    assert f"{venv} runs orchestrator {__version__}" in done.stdout
+    there = subprocess.run([venv / "bin/orchestrator", "--version"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert there.stdout.split()[-1] == __version__
+    # The venv's own copy, not this tree seen through --system-site-packages.
+    where = subprocess.run(
+        [venv / "bin/python", "-c", "import orchestrator; print(orchestrator.__file__)"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert where.stdout.startswith(str(venv)), where.stdout
+
+    synced = login.orchestrator("remote", "sync", cwd=project)  # runs `orchestrator remote checkout` there: the venv's
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    status = login.orchestrator("status", "--remote", cwd=project)
+    assert "not installed" not in status.stderr and "Traceback" not in status.stdout + status.stderr
+    assert f"running `orchestrator status` on login-node in {login.cluster_root / 'proj'}" in status.stderr, status.stderr
+    log = next((login.cluster_root / "proj" / ".orchestrator" / "remote").glob("*-status-*/log")).read_text()
+    assert "command not found" not in log, log
+
+    # Run again: the venv is repaired in place, the same version.
+    again = login.orchestrator("remote", "install", "--wheels", str(wheels), "--python", python, "--system-site-packages", cwd=project)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_another_version_there_names_the_install_command_and_nothing_is_sent(login, tmp_path):
+    project = login.workstation(tmp_path / "ws" / "proj")
+    fake = tmp_path / "old-bin"
+    fake.mkdir()
+    (fake / "orchestrator").write_text("#!/bin/sh\necho 'orchestrator, version 0.0.9'\n")
+    (fake / "orchestrator").chmod(0o755)
+    login.set_setup([f"export PATH={fake}:/usr/bin:/bin"])
+    text = one_error(
+        login.orchestrator("submit", "--remote", "--cluster", str(login.profile), cwd=project),
+        f"login-node runs orchestrator 0.0.9, this side {__version__}",
+        f"orchestrator remote install --cluster={login.profile}",
+    )
+    assert "nothing was sent" in text
+    assert not login.cluster_root.exists()
