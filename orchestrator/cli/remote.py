@@ -185,8 +185,8 @@ def shell(cluster: str | None, project: Path) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
     help="Send the wheels in this folder along and install from them only (pip --no-index): for a login node without "
-    "the internet. Fill it here: pip download dvc-slurm-orchestrator==VERSION -d DIR (with --python-version and --platform "
-    "of the login node's Python).",
+    "the internet. Fill it here, in the clone: pip download -d DIR . (with --python-version and --platform of the "
+    "login node's Python where they differ); this version's wheel is built and added when DIR lacks it.",
 )
 @click.option("--python", "python", default="python3", show_default=True, help="The Python there that makes the venv (3.10 or newer).")
 @click.option(
