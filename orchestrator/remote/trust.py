@@ -15,6 +15,7 @@ import os
 import posixpath
 import re
 import stat
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -242,25 +243,36 @@ def verify_outs(name: str, entry: Any, declared: Mapping[str, Declared] | None, 
     stage here (``declared``: by normalized path; None: no such stage here) that may be placed, with a
     DVC md5; else :class:`Refused`, naming the stage and why. An empty list: the entry has no outs."""
     if declared is None:
-        raise Refused(f"{shown(name)}: this project's dvc.yaml has no such stage")
+        raise refusal(name, "this project's dvc.yaml has no such stage")
     if not isinstance(entry, dict) or not isinstance(entry.get("outs") or [], list):
-        raise Refused(f"{shown(name)}: its entry there is not a DVC lock entry (a mapping with a list of outs)")
-    return [_verify_out(name, out, declared, own) for out in entry.get("outs") or []]
+        raise refusal(name, "its entry there is not a DVC lock entry (a mapping with a list of outs)")
+    outs = [_verify_out(name, out, declared, own) for out in entry.get("outs") or []]
+    twice = sorted(path for path, count in Counter(out.path for out in outs).items() if count > 1)
+    if twice:
+        raise refusal(name, f"its entry there names {', '.join(twice)} more than once")
+    return outs
+
+
+def refusal(name: str, why: str) -> Refused:
+    """The refusal of stage ``name``: its headline ``NAME: WHY``, the name printable whatever the lock held."""
+    return Refused(f"{shown(name)}: {why}")
 
 
 def _verify_out(name: str, out: Any, declared: Mapping[str, Declared], own: frozenset[str]) -> Out:
     path = out.get("path") if isinstance(out, dict) else None
     problem = path_problem(path, own)
     if problem:
-        raise Refused(f"{name}: its entry there names {shown(path)!r}: {problem}")
+        raise refusal(name, f"its entry there names {shown(path)!r}: {problem}")
     norm = posixpath.normpath(path)
     if norm not in declared:
-        raise Refused(f"{name}: its entry there names {shown(path)!r}, which this project's dvc.yaml does not declare an out of {name}")
+        raise refusal(
+            name, f"its entry there names {shown(path)!r}, which this project's dvc.yaml does not declare an out of {shown(name)}"
+        )
     md5, kind = out.get("md5"), out.get("hash")
     if not isinstance(md5, str) or not MD5.fullmatch(md5):
-        raise Refused(f"{name}: its entry there has no DVC md5 for {norm} (found {shown(md5)!r})")
+        raise refusal(name, f"its entry there has no DVC md5 for {norm} (found {shown(md5)!r})")
     if kind not in (None, "md5"):
-        raise Refused(f"{name}: its entry there hashes {norm} with {shown(kind)!r}, not md5")
+        raise refusal(name, f"its entry there hashes {norm} with {shown(kind)!r}, not md5")
     return Out(norm, md5, "md5" if kind == "md5" else "md5-dos2unix", declared[norm].path, declared[norm].cached)
 
 
@@ -274,8 +286,8 @@ def entry_fields(name: str, entry: dict) -> dict:
     try:
         checked = vol.Schema({key: rule for key, rule in LOCK_FILE_STAGE_SCHEMA.items() if str(key) != "outs"})(others)
     except vol.Invalid as exc:
-        raise Refused(f"{name}: its entry there is not one DVC writes: {shown(exc)}") from None
+        raise refusal(name, f"its entry there is not one DVC writes: {shown(exc)}") from None
     problem = plain_problem(checked)
     if problem:
-        raise Refused(f"{name}: its entry there is not plain data: {problem}")
+        raise refusal(name, f"its entry there is not plain data: {problem}")
     return {key: checked[key] for key in ("cmd", "deps", "params") if key in checked}

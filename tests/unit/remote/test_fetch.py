@@ -198,6 +198,12 @@ def test_merge_replaces_only_the_fetched_stages():
     assert yaml.safe_load(fetching.merge(None, {"a": {}})) == {"schema": "2.0", "stages": {"a": {}}}
 
 
+def test_an_entry_naming_an_out_twice_is_refused():
+    out = {"path": "a", "hash": "md5", "md5": "0" * 32}
+    with pytest.raises(fetching.Refused, match="s: its entry there names a more than once"):
+        trust.verify_outs("s", {"outs": [out, {**out, "path": "./a"}]}, {"a": fetching.Declared("a", True)})
+
+
 def test_verify_outs_tells_dvc2_from_dvc3_entries():
     declared = {"a": fetching.Declared("a", True), "d": fetching.Declared("d/", False)}
     entry = {"outs": [{"path": "a", "hash": "md5", "md5": "0" * 32, "size": 1}, {"path": "d", "md5": "f" * 32 + ".dir"}]}
@@ -587,21 +593,37 @@ OUT = st.one_of(
     st.text(max_size=4),
     st.none(),
 )
+JUNK = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6) | st.binary(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4) | st.integers(), inner, max_size=3),
+    max_leaves=10,
+)
+FIELDS = {
+    "cmd": JUNK | st.just("python train.py"),
+    "deps": JUNK | st.just([{"path": "a", "md5": "0" * 32}]),
+    "params": JUNK,
+    "frozen": JUNK,
+}
 ENTRY = st.one_of(
-    st.fixed_dictionaries({"outs": st.one_of(st.lists(OUT, max_size=4), OUT)}), st.lists(OUT, max_size=2), st.none(), st.text()
+    st.fixed_dictionaries({"outs": st.one_of(st.lists(OUT, max_size=4), OUT)}, optional=FIELDS),
+    st.lists(OUT, max_size=2),
+    st.none(),
+    st.text(),
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(entry=ENTRY, name=st.sampled_from(["train@1", "ghost", "a\x1b[2Jb"]))
-def test_verified_outs_are_declared_outs_inside_the_project_or_an_orchestrator_error(entry, name, tmp_path_factory):
+def test_verified_outs_are_declared_outs_inside_the_project_or_an_orchestrator_error(entry, name):
     declared = {"out/1": fetching.Declared("out/1", True), "m1.json": fetching.Declared("m1.json", False)}
     root = Path("/project")
     try:
-        outs = trust.verify_outs(name, entry, declared if name == "train@1" else None, frozenset({"params.yaml"}))
+        outs = trust.verify_outs(name, entry, None if name == "ghost" else declared, frozenset({"params.yaml"}))
+        fields = trust.entry_fields(name, entry)
     except OrchestratorError as exc:
         assert exc.exit_code == 1 and "\x1b" not in exc.headline and "\0" not in exc.headline
         return
+    assert set(fields) <= {"cmd", "deps", "params"} and trust.plain_problem(fields) is None
     for out in outs:
         assert out.path in declared and out.declared == declared[out.path].path
         assert (root / out.path).resolve().is_relative_to(root) and trust.MD5.fullmatch(out.md5)
