@@ -131,6 +131,23 @@ def lookup(metrics: Mapping[str, Any], key: str) -> Any:
     return value
 
 
+KEPT_PROVENANCE = "provenance"  # under the orchestrator's state folder: the provenance of stages that do not declare it
+
+
+def kept_provenance(root: Path, folder: str) -> Path:
+    """Where the provenance of a metrics folder is kept when its stage does not declare it
+    (written by :func:`orchestrator.jobs.provenance.write_beside`)."""
+    from orchestrator.scripts.workspace import STATE_DIR
+
+    return root / STATE_DIR / KEPT_PROVENANCE / folder / stages.PROVENANCE_FILE
+
+
+def find_provenance(root: Path, folder: str) -> Path:
+    """The provenance file of a metrics folder: beside the metrics if there is one, else where it is kept."""
+    beside = root / folder / stages.PROVENANCE_FILE
+    return beside if beside.exists() else kept_provenance(root, folder)
+
+
 def flat_keys(metrics: Mapping[str, Any], prefix: str = "") -> list[str]:
     """Every key of a metrics file, nested ones as dotted paths (what ``--metric NAME=KEY`` takes), sorted."""
     found = []
@@ -147,9 +164,7 @@ def read_run(root: Path, expected: Expected, source: str | None = None, mapping:
     if metrics is not None and mapping:
         # The report's name wins only where the user's key is there: a run without it stays without.
         metrics = {**metrics, **{name: v for name, key in mapping.items() if (v := lookup(metrics, key)) is not None}}
-    from orchestrator.jobs import provenance
-
-    found = provenance.find(root, expected.directory)
+    found = find_provenance(root, expected.directory)
     prov, _ = _read_json(found, found.relative_to(root).as_posix())
     if problem and source:
         problem += f" at {source}"

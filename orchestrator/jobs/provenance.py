@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from orchestrator.analysis import energy
+from orchestrator.analysis import energy, runs
 from orchestrator.config.profile import LoadedProfile
 from orchestrator.jobs import ledger
 from orchestrator.pipeline import stages
@@ -165,14 +165,9 @@ def is_provenance(path: str) -> bool:
     return os.path.basename(path) == FILE
 
 
-KEPT_DIR = "provenance"  # under the orchestrator's state folder: the provenance of stages that do not declare it
-
-
-def kept_path(root: Path, folder: str) -> Path:
-    """Where the provenance of a metrics folder is kept when its stage does not declare it."""
-    from orchestrator.scripts.workspace import STATE_DIR
-
-    return root / STATE_DIR / KEPT_DIR / folder / FILE
+# Where it is kept when the stage does not declare it: the report reads it there too.
+kept_path = runs.kept_provenance
+find = runs.find_provenance
 
 
 def write_beside(root: Path, metrics_files: Sequence[str], data: dict, outs: Collection[str]) -> None:
@@ -183,9 +178,3 @@ def write_beside(root: Path, metrics_files: Sequence[str], data: dict, outs: Col
         beside = posixpath.join(folder, FILE)
         path = root / beside if posixpath.normpath(beside) in declared else kept_path(root, folder)
         files.atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
-
-
-def find(root: Path, folder: str) -> Path:
-    """The provenance file of a metrics folder: beside the metrics if there is one, else where it is kept."""
-    beside = root / folder / FILE
-    return beside if beside.exists() else kept_path(root, folder)
