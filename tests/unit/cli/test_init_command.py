@@ -237,3 +237,16 @@ def test_wrap_refuses_a_dvc_yaml_it_cannot_rewrite_without_changing_its_layout(t
     done = invoke("init", "--project", str(root), "--wrap", "train")
     assert done.exit_code == 2 and "cannot rewrite it without changing its layout" in done.output and "wrap them by hand" in done.output
     assert snapshot(root) == before
+
+
+def test_render_check_passes_on_what_init_wrote_for_a_cluster(tmp_path):
+    """init's own output must plan: before, `init --cluster lumi` wrote account null and image none."""
+    import subprocess
+
+    root = project(tmp_path, **{"dvc.yaml": UNWRAPPED})
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=root, check=True)
+    args = ["--cluster", "lumi", "--account", "project_465000123", "--image", "/project/project_465000123/team.sif"]
+    assert invoke("init", "--project", str(root), *args, "--wrap", "train").exit_code == 0
+    done = invoke("render", "--project", str(root), "--check", "--no-shellcheck")
+    assert done.exit_code == 0, done.output
+    assert "2 script(s) for lumi and checked" in done.output
