@@ -595,7 +595,9 @@ OUT = st.one_of(
 )
 JUNK = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6) | st.binary(max_size=3),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4) | st.integers(), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, min_size=1, max_size=3) | st.dictionaries(st.text(max_size=4) | st.integers(), inner, min_size=1, max_size=3)
+    ),
     max_leaves=10,
 )
 FIELDS = {
