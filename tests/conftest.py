@@ -28,6 +28,22 @@ def pytest_addoption(parser):
     )
 
 
+# A test's marker follows from what it needs, so that none slips past `tests/run.sh --fast`
+# (-m "not slurm and not apptainer and not ssh"): its folder under integration/, and the
+# fixtures that bring a real component up, used directly or through another fixture.
+_MARK_BY_FOLDER = {"slurm": "slurm", "apptainer": "apptainer", "ssh": "ssh"}
+_MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image": "apptainer", "sshd": "ssh"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = Path(item.path).relative_to(ROOT / "tests").parts
+        wanted = {_MARK_BY_FOLDER[parts[1]]} if len(parts) > 2 and parts[0] == "integration" and parts[1] in _MARK_BY_FOLDER else set()
+        wanted |= {mark for fixture, mark in _MARK_BY_FIXTURE.items() if fixture in item.fixturenames}
+        for mark in sorted(wanted - {m.name for m in item.iter_markers()}):
+            item.add_marker(mark)
+
+
 @pytest.fixture
 def update_goldens(request) -> bool:
     return request.config.getoption("--update-goldens") or os.environ.get("UPDATE_GOLDENS") == "1"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what the tests need (Debian
 # and PyPI packages; idempotent and quick when present), then runs pytest.
-# Extra arguments go to pytest, e.g. `bash tests/run.sh -k render`.
+# Extra arguments go to pytest, e.g. `bash tests/run.sh -k render`; `--fast` first runs only
+# what needs no root daemon (no Slurm testbed, Apptainer or sshd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -19,5 +20,11 @@ if ((${#missing[@]})); then
   fi
 fi
 
+fast=()
+if [ "${1:-}" = --fast ]; then
+  shift
+  fast=(-m "not slurm and not apptainer and not ssh")
+fi
+
 python3 -m pip install -q -e '.[train,test]'
-exec python3 -m pytest "$@"
+exec python3 -m pytest "${fast[@]}" "$@"
