@@ -68,7 +68,7 @@ def exp() -> None:
 def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tuple[str, ...]) -> None:
     """`dvc exp run DVC_ARGS` with -S for each of the cluster's values, e.g.
     `orchestrator exp run --cluster lumi -n on-lumi`: the experiment's params.yaml holds
-    them (dvc exp show), the workspace's stays as it is."""
+    them (dvc exp show); as with any dvc exp run, the workspace keeps them unless --temp or --queue."""
     prm = params.load(project)
     name = cluster or prm.named_cluster(None)
     if not name:
