@@ -75,6 +75,7 @@ def lm_project(root: Path, cluster: str, layouts: list[tuple[int, int]], **lm: o
     matrix narrowed to the tiny model, the plain loss and ``layouts`` (nodes, tasks)."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["orchestrator"].update(cluster=cluster, account=ACCOUNT)
+    params.pop("clusters")  # the matrix is the test's own, on any cluster: no cluster's values to switch to
     params["lm"].update(
         models=["tiny"], goldfish_ks=[0], device_cfgs=[{"num_nodes": n, "num_gpus": t} for n, t in layouts], time=STAGE_TIME, **lm
     )

@@ -1,11 +1,14 @@
 """Issue 15's acceptance on this machine: the shipped matrix (its `benchmark` stage) run on the
 `local` profile and on the testbed's Slurm, each kept as a DVC experiment, then one report
-of both; the workspace run again on one cluster leaves the other's rows as they were."""
+of both; the workspace run again on one cluster leaves the other's rows as they were.
+Issue 34's too: the testbed's experiment runs its own matrix (params.yaml's clusters.testbed,
+through `orchestrator exp run --cluster testbed`), and the report shows each with its own."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import pytest
 import yaml
@@ -16,6 +19,11 @@ ACCOUNT = "project_465000858"
 
 def exp_run(project, name: str, *settings: str) -> None:
     done = dvc_exp(project, "exp", "run", "-n", name, *(a for s in settings for a in ("-S", s)), "benchmark", timeout=1200)
+    assert done.returncode == 0, f"{name}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+
+
+def exp_run_on(project, name: str, cluster: str) -> None:
+    done = run_orchestrator("exp", "run", "--cluster", cluster, "-n", name, "benchmark", cwd=project, timeout=1200)
     assert done.returncode == 0, f"{name}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
 
 
@@ -35,7 +43,11 @@ def test_the_shipped_matrix_on_local_and_on_the_testbed_in_one_report(slurm_test
     with_git(project, "the shipped pipeline")
 
     exp_run(project, "on-local")
-    exp_run(project, "on-testbed", "orchestrator.cluster=testbed")
+    # The cluster alone, as before the overlay was applied, runs nothing there (its matrix differs).
+    refused = dvc_exp(project, "exp", "run", "-n", "wrong", "-S", "orchestrator.cluster=testbed", "benchmark", timeout=600)
+    assert refused.returncode != 0 and "orchestrator use testbed" in refused.stdout + refused.stderr
+    subprocess.run(["git", "checkout", "--", "params.yaml"], cwd=project, check=True)
+    exp_run_on(project, "on-testbed", "testbed")  # clusters.testbed: device_cfgs 1x2 and 2x2
     # What the testbed's accounting said of each job travels in its provenance (a report from
     # elsewhere cannot ask this cluster's sacct): every run, ended, with its elapsed time.
     for prov in (project / "results/benchmark").rglob("provenance.json"):
@@ -49,8 +61,8 @@ def test_the_shipped_matrix_on_local_and_on_the_testbed_in_one_report(slurm_test
     assert not any(row["missing"] for row in both.values()) and all(row["throughput"] > 0 for row in both.values())
     summary = (project / "cmp/summary.md").read_text()
     side = summary.split("on-local, on-testbed side by side", 1)[1].split("\n### ", 1)[0]
-    for config in ("1x1", "1x2"):
-        assert f"| {config} | on-local | local · " in side and f"| {config} | on-testbed | testbed · " in side, side
+    for local_config, testbed_config in (("1x1", "1x2"), ("1x2", "2x2")):  # each experiment with its own matrix
+        assert f"| {local_config} | on-local | local · " in side and f"| {testbed_config} | on-testbed | testbed · " in side, side
     figures = {p.name for p in (project / "cmp/figures").iterdir()}
     series = "results-benchmark-pydoc-topics-tiny"
     assert {f"scaling-{series}.png", f"steptime-{series}--on-local.png", f"steptime-{series}--on-testbed.png"} <= figures, figures
@@ -59,6 +71,7 @@ def test_the_shipped_matrix_on_local_and_on_the_testbed_in_one_report(slurm_test
     assert page.count("(slurm, profile testbed)") == 2 and page.count("(local, profile local)") == 2, page[-3000:]
 
     # The workspace again, on local only: the testbed's experiment and rows stay as they were.
+    subprocess.run(["git", "checkout", "--", "params.yaml"], cwd=project, check=True)  # dvc exp run left the testbed's values
     exp_run(project, "on-local-again", "orchestrator.cluster=local", "benchmark.seed=7")
     again = report(project, "cmp2", "on-local-again", "on-testbed")
     for item in items:

@@ -38,6 +38,7 @@ def shipped_workstation(where: Path, profile: Path) -> Path:
     shutil.copy(ROOT / "containers/none.digest", where / "containers/none.digest")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["orchestrator"].update(cluster=str(profile), account=ACCOUNT, login_host=ALIAS, image="none")
+    params.pop("clusters")  # the matrix is the test's own: no cluster's values to switch to
     params["benchmark"].update(models=["tiny"], device_cfgs=[{"num_nodes": 1, "num_gpus": 1}, {"num_nodes": 1, "num_gpus": 2}])
     params["benchmark"].update(max_steps=10)
     (where / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
