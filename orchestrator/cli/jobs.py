@@ -352,5 +352,11 @@ def _require_switched(project: Path, cluster: str | None) -> None:
     from orchestrator.config import params
     from orchestrator.remote import destination
 
+    if not (project / params.PARAMS_FILE).is_file():
+        return  # run_remote says what is missing, as for every --remote command
     prm = params.load(project)
-    params.require_switched(prm, destination.named_cluster(prm, cluster), "sent or submitted")
+    try:
+        name = destination.named_cluster(prm, cluster)
+    except OrchestratorError:
+        return  # no cluster named: run_remote's own message says how to name one
+    params.require_switched(prm, name, "sent or submitted")
