@@ -86,6 +86,7 @@ def test_another_version_there_is_refused_naming_both(login, tmp_path):
     login.set_setup([f"export PATH={fake}:$PATH"])
     text = one_error(login.orchestrator("submit", "--remote", cwd=project), f"login-node runs orchestrator 0.0.9, this side {__version__}")
     assert "orchestrator remote install" in text and "nothing was sent" in text
+    assert not login.cluster_root.exists()  # nothing sent: not even the cluster's folder made
     assert not login.cluster_root.exists()
 
 

@@ -57,19 +57,3 @@ def test_one_command_installs_this_version_there_and_remote_then_runs_it(login, 
     # Run again: the venv is repaired in place, the same version.
     again = login.orchestrator("remote", "install", "--wheels", str(wheels), "--python", python, "--system-site-packages", cwd=project)
     assert again.returncode == 0, again.stdout + again.stderr
-
-
-def test_another_version_there_names_the_install_command_and_nothing_is_sent(login, tmp_path):
-    project = login.workstation(tmp_path / "ws" / "proj")
-    fake = tmp_path / "old-bin"
-    fake.mkdir()
-    (fake / "orchestrator").write_text("#!/bin/sh\necho 'orchestrator, version 0.0.9'\n")
-    (fake / "orchestrator").chmod(0o755)
-    login.set_setup([f"export PATH={fake}:/usr/bin:/bin"])
-    text = one_error(
-        login.orchestrator("submit", "--remote", "--cluster", str(login.profile), cwd=project),
-        f"login-node runs orchestrator 0.0.9, this side {__version__}",
-        f"orchestrator remote install --cluster={login.profile}",
-    )
-    assert "nothing was sent" in text
-    assert not login.cluster_root.exists()

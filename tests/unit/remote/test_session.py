@@ -22,7 +22,13 @@ from orchestrator.remote.destination import Destination
 from orchestrator.remote.session import Detached, Facts, NotInstalled, Session, VersionMismatch
 from orchestrator.util.runner import Completed
 
-SCRIPTS = {"VENV_PROBE": session.VENV_PROBE, "PROBE": session.PROBE, "PREPARE": session.PREPARE, "FOLLOW": session.FOLLOW, "RUN": session.RUN}
+SCRIPTS = {
+    "VENV_PROBE": session.VENV_PROBE,
+    "PROBE": session.PROBE,
+    "PREPARE": session.PREPARE,
+    "FOLLOW": session.FOLLOW,
+    "RUN": session.RUN,
+}
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
