@@ -69,12 +69,34 @@ def render(
         except OSError as exc:
             raise _folder_error(exc, out_dir, "--out" if out is not None else "the scripts folder") from None
     summary(rendered.plans)
+    if (unswitched := _preview_only(project, cluster)) is not None:
+        click.secho(f"warning: {unswitched}", err=True, fg="yellow")
     for group, device in sorted(rendered.devices.items()):
         click.echo(f"stage {group} on {device.accelerator.upper()}: {device.why}")
     for line in [*notes(rendered.plans), *found.notes]:
         click.echo(f"note: {line}")
     checked = " and checked" if do_check else ""
     click.echo(f"{len(rendered.scripts)} script(s) for {rendered.profile.name}{checked} in {out_dir}")
+
+
+def _preview_only(project: Path, cluster: str | None) -> str | None:
+    """Why these scripts are a preview only: params.yaml does not yet hold the cluster's values
+    (clusters.NAME), so DVC would resolve another matrix and `orchestrator run` would refuse."""
+    from orchestrator.config import params
+    from orchestrator.errors import ConfigError
+
+    prm = params.load(project)
+    name = prm.named_cluster(cluster)
+    if name is None:
+        return None
+    try:
+        params.require_switched(prm, name, "run")
+    except ConfigError:
+        return (
+            f"these scripts have {name}'s values (params.yaml's clusters entry), which params.yaml does not hold yet: "
+            f"`dvc repro` would refuse to run them until `orchestrator use {name}` writes them there"
+        )
+    return None
 
 
 def _nothing_orchestrated(project: Path, targets: tuple[str, ...]) -> PipelineError:

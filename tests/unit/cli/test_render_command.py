@@ -285,3 +285,15 @@ def test_a_project_with_no_orchestrated_stage_is_told_so_and_how(tmp_path, args)
     assert "stage train: cmd `python train.py`" in done.output and "`orchestrator init --wrap STAGE`" in done.output
     assert ("stage plot:" in done.output) == (args != ["train"])  # only the stages named, when some are
     assert "0 script(s)" not in done.output and not (project / ".orchestrator/scripts").exists()
+
+
+def test_a_preview_of_a_cluster_params_yaml_does_not_hold_says_so_and_names_the_switch(project):
+    # The shipped params.yaml has clusters.testbed: render shows its values, which `dvc repro` would not run yet (issue 34).
+    out = invoke("render", "--project", str(project), "--cluster", "testbed", "--out", str(project / "preview"))
+    assert out.exit_code == 0, out.output
+    assert "`orchestrator use testbed` writes them there" in out.output
+    assert invoke("use", "testbed", "--project", str(project)).exit_code == 0
+    switched = invoke("render", "--project", str(project), "--out", str(project / "switched"))
+    assert switched.exit_code == 0 and "orchestrator use" not in switched.output, switched.output
+    back = invoke("render", "--project", str(project), "--cluster", "local", "--out", str(project / "l")).output
+    assert "`orchestrator use local` writes them there" in back  # local's values are kept under clusters.local now
