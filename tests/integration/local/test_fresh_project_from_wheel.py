@@ -1,0 +1,82 @@
+"""Issue 34's adoption path from a user's side, on this machine: the orchestrator's wheel installed
+in a clean venv (its dependencies the machine's own, --system-site-packages, as on a login node that
+already has DVC), a DVC project that is not this repository, and the README's steps: `orchestrator
+init --wrap-all`, `orchestrator render --check`, `dvc repro`, `dvc metrics show`. The time the
+tool's steps took is printed (not held to a bound here: a benchmark's job)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import GIT_ENV, ROOT, require
+
+from orchestrator import __version__
+
+pytestmark = pytest.mark.slow
+
+TRAIN = """\
+import json, yaml
+lr = yaml.safe_load(open("params.yaml"))["train"]["lr"]
+json.dump({"score": 2 * lr}, open("metrics.json", "w"))
+open("model.txt", "w").write(f"lr={lr}\\n")
+"""
+DVC_YAML = """\
+stages:
+  train:
+    cmd: python3 train.py
+    deps: [train.py]
+    params: [train]
+    outs: [model.txt]
+    metrics:
+      - metrics.json:
+          cache: false
+"""
+
+
+def run(argv: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_a_fresh_project_adopts_the_installed_wheel_as_the_readme_says(tmp_path):
+    require("shellcheck")  # render --check runs it on every script
+    wheels, venv, project = tmp_path / "wheels", tmp_path / "venv", tmp_path / "my-project"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, timeout=600)
+    (wheel,) = wheels.glob("*.whl")
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    subprocess.run([venv / "bin/python", "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    env = {**os.environ, **GIT_ENV, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)
+    where = run([venv / "bin/python", "-c", "import orchestrator; print(orchestrator.__file__, orchestrator.__version__)"], tmp_path, env)
+    assert str(venv) in where.stdout and __version__ in where.stdout, where.stdout  # the wheel's copy, not this checkout
+
+    project.mkdir()
+    (project / "train.py").write_text(TRAIN)
+    (project / "dvc.yaml").write_text(DVC_YAML)
+    (project / "params.yaml").write_text("train:\n  lr: 0.25\n")
+    for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-q", "-m", "mine"]):
+        run(argv, project, env)
+
+    started = time.monotonic()
+    init = run(["orchestrator", "init", "--wrap-all"], project, env)
+    assert "train" in init.stdout + init.stderr
+    assert "orchestrator run -- python3 train.py" in (project / "dvc.yaml").read_text()
+    rendered = run(["orchestrator", "render", "--check"], project, env)
+    assert "1 script(s) for local and checked" in rendered.stdout, rendered.stdout
+    run(["dvc", "repro"], project, env)
+    shown = run(["dvc", "metrics", "show", "--json"], project, env)
+    took = time.monotonic() - started
+    print(f"init, render --check, dvc repro and dvc metrics show: {took:.1f} s")
+
+    assert json.loads((project / "metrics.json").read_text()) == {"score": 0.5}
+    assert "0.5" in shown.stdout
+    # Declared by --wrap-all beside the metrics (cache: false, as the metrics): committed with them, never a stray file.
+    assert (project / "provenance.json").is_file() and "provenance.json" in (project / "dvc.yaml").read_text()
+    assert run(["dvc", "status"], project, env).stdout.strip() in ("", "Data and pipelines are up to date.")
