@@ -27,7 +27,7 @@ PUE and carbon intensity from the profile's ``site`` (or the report's options).
 Nothing is ever filled with 0: a value that cannot be known is None, with a note
 saying why.
 
-Querying Slurm goes through a :class:`~orchestrator.runner.Runner`
+Querying Slurm goes through a :class:`~orchestrator.util.runner.Runner`
 (:func:`query_accounting`); everything else here is pure and tested on captured text.
 """
 

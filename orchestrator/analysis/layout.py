@@ -4,7 +4,7 @@ Pure arithmetic (no I/O, no clock, no torch): a model shape and the hardware bec
 every (data, tensor, pipeline) decomposition times ZeRO stage 0-3, each with its
 memory per GPU and a predicted communication time per training step. The feasible
 ones come back ranked, and every rejected one says why. `orchestrator plan`
-(:mod:`layout_cli`) prints them.
+(:mod:`orchestrator.cli.plan`) prints them.
 
 Units: GB = 1e9 bytes (as in the ZeRO paper); bandwidths in GB/s, one direction, per GPU.
 Notation: Psi parameters, L layers, h hidden size, a attention heads, s sequence length,

@@ -1,8 +1,8 @@
 """`orchestrator plan`: the parallel layouts of a model on some GPUs, ranked, with the reasoning.
 
-The arithmetic lives in :mod:`layout` (pure; its docstring has the formulas and their
+The arithmetic lives in :mod:`~orchestrator.analysis.layout` (pure; its docstring has the formulas and their
 sources). This module turns options, or a cluster profile, into its inputs and prints
-its answer as a table, JSON or Markdown. Only click and :mod:`layout` are imported at
+its answer as a table, JSON or Markdown. Only click and :mod:`~orchestrator.analysis.layout` are imported at
 start-up; the profile loader and rich come in when the command runs.
 """
 

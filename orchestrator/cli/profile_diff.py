@@ -1,4 +1,4 @@
-"""`orchestrator profile-diff`: two profiled runs' operators, baseline vs exp (the arithmetic is in :mod:`opcompare`)."""
+"""`orchestrator profile-diff`: two profiled runs' operators, baseline vs exp (the arithmetic: :mod:`~orchestrator.analysis.opdiff`)."""
 
 from __future__ import annotations
 

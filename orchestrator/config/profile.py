@@ -8,7 +8,7 @@ copies, edits and passes back.
 
 Values that are only known on the compute node (``${USER}``, ``${SLURM_NODEID}``,
 ``${SLURM_JOB_ACCOUNT}``) are written as ``${NAME}`` runtime templates; no other
-shell expansion is allowed in profile values (see :mod:`shell`). The container
+shell expansion is allowed in profile values (see :mod:`orchestrator.scripts.quoting`). The container
 ``setup`` lines are the one exception: they are shell code by design.
 """
 

@@ -2,7 +2,7 @@
 
 ``executor(folder, cluster="lumi", nodes=2, gpus_per_node=8).submit(fn)`` runs
 ``fn`` once per task, on the resources, CPU masks, environment and container the
-same :func:`~orchestrator.plan.make_plan` gives a rendered sbatch script. Nothing
+same :func:`~orchestrator.scripts.plan.make_plan` gives a rendered sbatch script. Nothing
 here decides a resource: the plan's directives and srun arguments are translated
 to submitit's parameters, and the plan's own task function (rendered by the same
 template macros as the scripts) starts submitit's python.

@@ -3,7 +3,7 @@
 ``dvc.yaml`` is resolved with DVC's own ``DataResolver`` (the code behind
 ``dvc stage list`` and ``dvc repro``): ``vars``, params files, ``foreach`` and
 ``matrix`` all follow DVC's rules. The only thing added is an optional params
-overlay (``clusters.NAME`` in params.yaml, see :mod:`params`), merged into DVC's
+overlay (``clusters.NAME`` in params.yaml, see :mod:`orchestrator.config.params`), merged into DVC's
 own context before the stages are resolved, as ``dvc exp run -S`` would set it.
 """
 

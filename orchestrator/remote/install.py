@@ -1,6 +1,6 @@
 """``orchestrator remote install``: this side's version of the orchestrator on the login node, in a venv.
 
-The venv is ``<login.root>/.orchestrator/venv-VERSION`` (:meth:`Destination.venv`); once it is
+The venv is ``<login.root>/.orchestrator/venv-VERSION`` (:meth:`~orchestrator.remote.destination.Destination.venv`); once it is
 there, every ``--remote`` command runs its ``orchestrator`` (:meth:`Session.open`), so the two
 sides run the same version whatever the login shell's PATH holds.
 

@@ -3,7 +3,7 @@
 The plan is pure, so it cannot look at files; these two checks do, after planning:
 
 - **The image file params name** (``orchestrator.image: /project/p/team.sif``,
-  :attr:`params.Settings.image_file`). It often lives only on the cluster, and
+  :attr:`~orchestrator.config.params.Settings.image_file`). It often lives only on the cluster, and
   rendering for LUMI on a laptop must work, so it is looked for only where the
   profile's jobs run: this machine for a profile without a scheduler, a login node of
   the cluster whose ``ClusterName`` the profile names for a Slurm one. There a missing

@@ -1,7 +1,7 @@
 """Rendering: a plan becomes the text of a bash script, through Jinja templates.
 
 Like HTML autoescaping, every value a template prints is shell-quoted on output
-(``finalize``) unless it is a :class:`~orchestrator.shell.Shell` fragment the code
+(``finalize``) unless it is a :class:`~orchestrator.scripts.quoting.Shell` fragment the code
 already quoted, or the template marks template-authored text with ``| raw``.
 A template cannot print an unquoted value by forgetting a filter.
 ``StrictUndefined`` turns a missing variable into an error, never an empty string,
