@@ -86,6 +86,8 @@ def submit(
     if dvclock.mend(root):  # an earlier submit killed while DVC wrote its lock file
         say(f"{root / '.dvc/tmp/rwlock'} was cut short by a killed DVC process: reset to an empty lock")
     batch = stale(root, cluster, runner, targets, force)
+    if found := unplannable(batch.ws, targets):
+        raise PlanError(f"cannot submit to {batch.ws.cluster}: nothing was submitted", [f"{who}: {why}" for who, why in found])
     backend = backends.SbatchBackend(root, runner, batch.ws.profile.profile.scheduler.cluster_name)
     if since is not None:
         (batch,) = ended_since([batch], backend, since, say)
@@ -184,6 +186,17 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
     upstream = {name: _upstream(name, deps[name], order, outs) for name in order}
     position = {name: i for i, name in enumerate(ws.jobs)}  # dvc.yaml's order: an array's tasks follow its matrix
     return Batch(ws, sorted(order, key=position.__getitem__), plans, prints, outs, upstream, force, label)
+
+
+def unplannable(ws: Workspace, targets: Sequence[str]) -> list[tuple[str, str]]:
+    """The items of ``targets`` (all when none) that call ``orchestrator run`` in a way their
+    params made unplannable: they are no job of the workspace, and would go unsubmitted unsaid."""
+    found = ws.item_problems
+    if not targets or not found:
+        return found
+    chosen = {i.name for i in ws.items(targets)}
+    chosen |= {f"stage {i.group}" for i in ws.items(targets)}
+    return [(who, why) for who, why in found if who in chosen]
 
 
 def ended_since(batches: Sequence[Batch], backend: backends.SbatchBackend, since: float, say: Callable[[str], None] = print) -> list[Batch]:

@@ -393,7 +393,7 @@ def _plan(
         try:
             copy = _copy(root, runner, sweep, point, cache, params[point.name], made)
             batch = detached.stale(copy, cluster, runner, sweep.targets, label=point.name)
-            problems += [f"{point.name}: {who}: {why}" for who, why in _unplannable(batch, sweep.targets)]
+            problems += [f"{point.name}: {who}: {why}" for who, why in detached.unplannable(batch.ws, sweep.targets)]
         except OrchestratorError as exc:
             problems.append(f"{point.name}: {'; '.join([exc.headline, *exc.problems])}")
             continue
@@ -401,17 +401,6 @@ def _plan(
     if problems:
         raise PlanError(f"sweep {sweep.name}: its points cannot all be submitted; nothing was submitted", problems)
     return batches
-
-
-def _unplannable(batch: detached.Batch, targets: Sequence[str]) -> list[tuple[str, str]]:
-    """The items of ``targets`` (all when none) that call ``orchestrator run`` in a way the
-    point's values made unplannable: they are no job of the batch, and would go unsubmitted."""
-    found = batch.ws.item_problems
-    if not targets or not found:
-        return found
-    chosen = {i.name for i in batch.ws.items(targets)}
-    chosen |= {f"stage {i.group}" for i in batch.ws.items(targets)}
-    return [(who, why) for who, why in found if who in chosen]
 
 
 def _abandon(root: Path, runner: Runner, sweep: Sweep, made: list[Path], manifest: bool) -> None:

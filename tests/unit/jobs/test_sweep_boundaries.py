@@ -253,6 +253,14 @@ def test_a_point_whose_command_cannot_be_planned_is_an_error_not_zero_items(proj
     refused_before_anything(project, slurm)
 
 
+def test_submit_of_an_item_its_params_make_unplannable_is_an_error_not_nothing_to_submit(project):
+    # The same silent skip as a sweep's point had: submit said "nothing to submit", exit 0 (issue 33).
+    (project / "params.yaml").write_text((project / "params.yaml").read_text().replace("lr: 0.1", "lr: $(id)"))
+    done = invoke("submit", "--project", str(project))
+    assert done.exit_code == 2 and "Traceback" not in done.output, done.output
+    assert "nothing was submitted" in done.output and "work@0: its cmd has shell syntax" in done.output, done.output
+
+
 def test_the_sweep_command_exits_2_naming_the_point_that_cannot_be_planned(project):
     done = invoke("sweep", "-S", "sweep.lr='$(id)'", "--name", "grid", "--project", str(project))
     assert done.exit_code == 2 and "Traceback" not in done.output, done.output
