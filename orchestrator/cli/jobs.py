@@ -16,6 +16,11 @@ from orchestrator.pipeline.runargs import run_options, spec_from_options
 SINCE = FiniteFloat(min=0)
 
 
+# The commands that read the ledger need no profile here; with --remote, the cluster names the login node,
+# as it does for submit --remote (`submit --remote --cluster lumi` then `status --remote --cluster lumi`).
+REMOTE_CLUSTER = "With --remote: the cluster whose login node runs it (default: params.yaml's orchestrator.cluster)"
+
+
 @click.command(context_settings={"allow_interspersed_args": False})
 @run_options
 @cluster_option()
@@ -202,7 +207,10 @@ SHOWN_ROWS = 60
 @click.option("--sweep", "sweep_name", default=None, metavar="NAME", help="The items of sweep NAME's points not yet saved as experiments.")
 @project_option
 @remote_option
-def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: str | None, project: Path, remote: bool) -> None:
+@cluster_option(REMOTE_CLUSTER, default=None)
+def status(
+    targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: str | None, project: Path, remote: bool, cluster: str | None
+) -> None:
     """One table of the submitted items: state, job id, nodes, elapsed, exit code.
 
     Job arrays get a line each (tasks per state). Past 60 rows, the array tasks
@@ -212,7 +220,7 @@ def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: st
 
     if remote:
         flags = [*(["--watch"] if watch else []), *(["--all"] if all_rows else []), *([f"--sweep={sweep_name}"] if sweep_name else [])]
-        return run_remote(project, None, forwarded("status", flags, targets))
+        return run_remote(project, cluster, forwarded("status", flags, targets))
 
     from orchestrator.jobs import status as st
     from orchestrator.slurm.states import State
@@ -228,7 +236,7 @@ def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: st
         points = [(project / p.folder, p.name) for p in made.points if not p.saved and (project / p.folder).is_dir()]
         click.echo(f"sweep {made.name}: {len(made.points)} points, {sum(p.saved for p in made.points)} saved as experiments")
     while True:
-        with hinting(project, None):
+        with hinting(project, cluster):
             rows = st.refresh_all(points, runner) if sweep_name is not None else st.refresh(project, runner, targets)
         arrays = st.summaries(rows)
         if len(rows) > SHOWN_ROWS and not all_rows:
@@ -282,12 +290,13 @@ def status(targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: st
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the job writes, until it ends.")
 @project_option
 @remote_option
-def logs(item: str, follow: bool, project: Path, remote: bool) -> None:
+@cluster_option(REMOTE_CLUSTER, default=None)
+def logs(item: str, follow: bool, project: Path, remote: bool, cluster: str | None) -> None:
     """Print the log of ITEM's newest job."""
     import time
 
     if remote:
-        return run_remote(project, None, forwarded("logs", ["--follow"] if follow else [], [item]))
+        return run_remote(project, cluster, forwarded("logs", ["--follow"] if follow else [], [item]))
 
     from orchestrator.jobs import status as st
     from orchestrator.util.runner import SubprocessRunner
@@ -304,7 +313,7 @@ def logs(item: str, follow: bool, project: Path, remote: bool) -> None:
             sys.stdout.flush()
         if not follow:
             if not path.exists():
-                with hinting(project, None):
+                with hinting(project, cluster):
                     raise OrchestratorError(f"{item}: no log yet at {path} (the job may still be pending)")
             return
         (row,) = st.refresh(project, SubprocessRunner(), [item])
@@ -318,15 +327,16 @@ def logs(item: str, follow: bool, project: Path, remote: bool) -> None:
 @click.argument("item")
 @project_option
 @remote_option
-def show(item: str, project: Path, remote: bool) -> None:
+@cluster_option(REMOTE_CLUSTER, default=None)
+def show(item: str, project: Path, remote: bool, cluster: str | None) -> None:
     """How ITEM's newest job was produced: code, profile, script, job, nodes; and how to re-run it."""
     from orchestrator.jobs import ledger, provenance
     from orchestrator.jobs import status as st
     from orchestrator.util import yamlio
 
     if remote:
-        return run_remote(project, None, forwarded("show", [], [item]))
-    with hinting(project, None):
+        return run_remote(project, cluster, forwarded("show", [], [item]))
+    with hinting(project, cluster):
         record = st.one(project, item)
     click.echo(yamlio.dump(provenance.of(record, ledger.Ledger(project).records(record.item))), nl=False)
 
@@ -335,14 +345,15 @@ def show(item: str, project: Path, remote: bool) -> None:
 @click.argument("targets", nargs=-1)
 @project_option
 @remote_option
-def cancel(targets: tuple[str, ...], project: Path, remote: bool) -> None:
+@cluster_option(REMOTE_CLUSTER, default=None)
+def cancel(targets: tuple[str, ...], project: Path, remote: bool, cluster: str | None) -> None:
     """Cancel the running and pending jobs of TARGETS (default: all submitted items)."""
     from orchestrator.jobs import status as st
     from orchestrator.util.runner import SubprocessRunner
 
     if remote:
-        return run_remote(project, None, forwarded("cancel", [], targets))
-    with hinting(project, None):
+        return run_remote(project, cluster, forwarded("cancel", [], targets))
+    with hinting(project, cluster):
         ids = st.cancel(project, SubprocessRunner(), targets)
     click.echo(f"cancelled {len(ids)} job(s){': ' + ' '.join(ids) if ids else ''}")
 
