@@ -238,6 +238,11 @@ def status(
     while True:
         with hinting(project, cluster):
             rows = st.refresh_all(points, runner) if sweep_name is not None else st.refresh(project, runner, targets)
+        if not rows and sweep_name is None:
+            # A bare header would read as "something is wrong": say what fills the table.
+            what = f"no submitted item matches {' '.join(targets)}" if targets else "nothing submitted from this project yet"
+            click.echo(f"{what}: `dvc repro` (one process here, jobs through `orchestrator run`) or `orchestrator submit` puts items here")
+            return
         arrays = st.summaries(rows)
         if len(rows) > SHOWN_ROWS and not all_rows:
             # A sweep's hundreds of tasks: one row per array (`--all` or an item name lists them).

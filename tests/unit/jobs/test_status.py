@@ -144,3 +144,11 @@ def test_status_says_how_many_items_wait_for_a_later_wave(tmp_path, monkeypatch)
     done = invoke("status", "--project", str(tmp_path))
     assert done.exit_code == 0, done.output
     assert "751 item(s) wait for a later wave (MaxSubmitJobs): recording job 40 submits it when these end" in done.output
+
+
+def test_status_of_a_project_with_nothing_submitted_says_what_fills_it(tmp_path):
+    # A bare header read as if something were wrong (issue 36).
+    result = invoke("status", "--project", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "nothing submitted from this project yet" in result.output and "orchestrator submit" in result.output
+    assert "state" not in result.output
