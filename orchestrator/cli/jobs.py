@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import FiniteFloat, cluster_option, project_option, table
+from orchestrator.cli.options import FiniteFloat, cluster_option, deprecated_short, project_option, table
 from orchestrator.cli.remote import forwarded, hinting, remote_option, run_remote
 from orchestrator.errors import OrchestratorError
 from orchestrator.pipeline.runargs import run_options, spec_from_options
@@ -23,7 +23,7 @@ REMOTE_CLUSTER = "With --remote: the cluster whose login node runs it (default: 
 
 @click.command(context_settings={"allow_interspersed_args": False})
 @run_options
-@cluster_option()
+@cluster_option(old_short=False)
 @click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
 @click.option("--name", default=None, help="Item name outside DVC (inside a stage DVC_STAGE names it).")
 def run(cluster: str | None, form: str | None, name: str | None, **options) -> None:
@@ -48,17 +48,25 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
 @project_option
 @click.option(
     "--force",
-    "-f",
     is_flag=True,
     help="Submit every orchestrated item of TARGETS again, also those whose last job succeeded (like `dvc repro -f`).",
 )
+# -f is `logs --follow` (tail -f); submit's -f stays for one release, saying so.
+@click.option("-f", "old_force", is_flag=True, hidden=True, callback=deprecated_short("--force (-f is logs --follow)"))
 @remote_option
 @click.option("--with-changes", is_flag=True, help="With --remote: also send the uncommitted changes (tracked, and untracked not ignored).")
 # The recording job's, when the site's MaxSubmitJobs cut the submission into waves: the
 # first wave's submission time (items with a job since then are not submitted again).
 @click.option("--next-wave", "since", type=SINCE, default=None, hidden=True)
 def submit(
-    targets: tuple[str, ...], cluster: str | None, project: Path, force: bool, remote: bool, with_changes: bool, since: float | None
+    targets: tuple[str, ...],
+    cluster: str | None,
+    project: Path,
+    force: bool,
+    old_force: bool,
+    remote: bool,
+    with_changes: bool,
+    since: float | None,
 ) -> None:
     """Submit every stale orchestrated item at once and return (you may log out).
 
@@ -74,6 +82,8 @@ def submit(
     """
     from orchestrator.jobs import detached
     from orchestrator.util.runner import SubprocessRunner
+
+    force = force or old_force
 
     if with_changes and not remote:
         raise OrchestratorError("--with-changes goes with --remote (it says what to send to the login node)")

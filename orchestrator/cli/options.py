@@ -18,16 +18,50 @@ from orchestrator.errors import OrchestratorError
 CLUSTER_DEFAULT = "default: params.yaml's orchestrator.cluster, else the profile whose cluster_name is Slurm's ClusterName, else local"
 
 
-def cluster_option(what: str = "Built-in profile name or profile file", default: str | None = CLUSTER_DEFAULT):
-    """``--cluster/-c``; ``default`` says how the profile is chosen when it is not given."""
-    return click.option("--cluster", "-c", default=None, callback=_not_empty, help=f"{what} ({default})." if default else f"{what}.")
+def cluster_option(what: str = "Built-in profile name or profile file", default: str | None = CLUSTER_DEFAULT, old_short: bool = True):
+    """``--cluster``; ``default`` says how the profile is chosen when it is not given.
+
+    No short flag: `-c` is Slurm's --cpus-per-task, which `orchestrator run` mirrors. The
+    ``-c`` it had stays for one release as a hidden alias that says so (``old_short``), except
+    where -c means something else (run's --cpus) or belongs to the command passed on (exp run).
+    """
+
+    def decorate(f):
+        if old_short:
+            f = click.option("-c", "old_cluster", hidden=True, default=None, expose_value=False, callback=_old_cluster)(f)
+        return click.option("--cluster", default=None, callback=_not_empty, help=f"{what} ({default})." if default else f"{what}.")(f)
+
+    return decorate
+
+
+def deprecated_short(new: str):
+    """A callback for a hidden short flag kept for one release: says the new spelling once, then acts as it."""
+
+    def said(ctx: click.Context, param: click.Parameter, value: object) -> object:
+        if value:
+            click.echo(f"orchestrator: {param.opts[0]} is now {new}; the short form goes in the next release", err=True)
+        return value
+
+    return said
+
+
+def _old_cluster(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    deprecated_short("--cluster (-c is Slurm's --cpus-per-task)")(ctx, param, value)
+    ctx.meta[_OLD_CLUSTER] = _not_empty(ctx, param, value)
+    if ctx.params.get("cluster") is None and "cluster" in ctx.params:  # --cluster was processed first and not given
+        ctx.params["cluster"] = ctx.meta[_OLD_CLUSTER]
+
+
+_OLD_CLUSTER = "orchestrator.old_cluster"
 
 
 def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     # An empty value (an unset shell variable, `--cluster ""`) would silently mean "not given".
     if value is not None and not value.strip():
         raise OrchestratorError(f"--cluster {value!r} is empty: give a built-in profile name (orchestrator clusters) or a profile file")
-    return value
+    return value if value is not None else ctx.meta.get(_OLD_CLUSTER)
 
 
 class FiniteFloat(click.FloatRange):

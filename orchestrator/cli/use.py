@@ -61,7 +61,7 @@ def exp() -> None:
 
 
 @exp.command(name="run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@cluster_option("The cluster whose values (clusters.NAME) the experiment runs with", default=None)
+@cluster_option("The cluster whose values (clusters.NAME) the experiment runs with", default=None, old_short=False)
 @click.option("--print", "print_only", is_flag=True, help="Print the dvc exp run command line; run nothing.")
 @project_option
 @click.argument("dvc_args", nargs=-1, type=click.UNPROCESSED)

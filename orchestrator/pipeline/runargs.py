@@ -60,6 +60,7 @@ def run_options(f):
         ),
         click.option(
             "--cpus",
+            "-c",  # Slurm's --cpus-per-task: here too, cores per task
             type=click.IntRange(min=1),
             default=None,
             help="A CPU job: one task per node with this many cores and no GPU, on the profile's CPU partition.",

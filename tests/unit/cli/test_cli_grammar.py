@@ -37,3 +37,46 @@ def test_remote_job_commands_reach_the_cluster_they_are_given(monkeypatch, tmp_p
     result = invoke(*argv[:1], "--remote", "--cluster", "lumi", *argv[1:])
     assert result.exit_code == 0, result.output
     assert reached == ["lumi"]
+
+
+def shorts(command: click.Command) -> dict[str, str]:
+    """A command's visible short flags and the long option each stands for (hidden ones are old spellings, kept a release)."""
+    found = {}
+    for p in command.params:
+        if isinstance(p, click.Option) and not p.hidden:
+            longs = [o for o in p.opts if o.startswith("--")]
+            found |= {o: longs[0] if longs else o for o in p.opts if len(o) == 2}
+    return found
+
+
+def test_a_short_flag_means_one_thing_across_the_cli():
+    meanings: dict[str, set[str]] = {}
+    for _, command in commands():
+        for short, long in shorts(command).items():
+            meanings.setdefault(short, set()).add(long)
+    assert {s: m for s, m in meanings.items() if len(m) > 1} == {}
+
+
+def test_run_keeps_slurms_short_flags():
+    (run,) = [c for name, c in commands() if name == "run"]
+    slurm = {"-c": "--cpus", "-N": "--nodes", "-G": "--gpus-per-node", "-t": "--time", "-p": "--partition", "-A": "--account"}
+    assert {s: shorts(run).get(s) for s in slurm} == slurm
+
+
+@pytest.mark.parametrize(("argv", "said"), [(["status", "-c", "lumi"], "-c is now --cluster"), (["submit", "-f"], "-f is now --force")])
+def test_old_short_spellings_still_work_for_a_release_and_say_the_new_one(monkeypatch, tmp_path, argv, said):
+    monkeypatch.chdir(tmp_path)
+    got: dict = {}
+    record = lambda project, cluster, forwarded, **kw: got.update(cluster=cluster, argv=forwarded)  # noqa: E731
+    monkeypatch.setattr("orchestrator.cli.jobs.run_remote", record)
+    result = invoke(*argv, "--remote")
+    assert result.exit_code == 0, result.output
+    assert said in result.output
+    assert got["cluster"] == "lumi" if "-c" in argv else "--force" in got["argv"]
+
+
+def test_bad_values_of_the_renamed_options_are_one_message():
+    result = invoke("status", "-c", "", "--remote")
+    assert result.exit_code == 2 and "is empty" in result.output and "Traceback" not in result.output
+    result = invoke("run", "-c", "lumi", "--", "true")  # -c is run's --cpus now: a cluster name there is a usage error
+    assert result.exit_code == 2 and "'lumi' is not a valid integer range" in result.output
