@@ -96,7 +96,9 @@ def test_seed_000s_stage_runs_in_the_teams_own_sif_on_lumi(tmp_path):
 
     checked = orchestrator(root, "render", "--cluster", "lumi", "--check")
     found = warnings(checked)
-    assert len(found) == 2, checked.stderr
+    assert len(found) == 4, checked.stderr
+    assert any("account 'project_465000858' is lumi's example" in w for w in found)  # the team's account left as the example
+    assert any("until `orchestrator use lumi` writes them there" in w for w in found)  # a preview: params.yaml is local's
     script_warning = next(w for w in found if f"names {SCRIPT}," in w)
     assert script_warning.startswith("warning: stage run_amd_benchmark (all 5 items): the command names")
     assert "not among the stage's deps: on lumi" in script_warning and f"add `- {SCRIPT}` (or a folder above it)" in script_warning
