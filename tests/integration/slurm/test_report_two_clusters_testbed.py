@@ -50,8 +50,12 @@ def test_the_shipped_matrix_on_local_and_on_the_testbed_in_one_report(slurm_test
     exp_run_on(project, "on-testbed", "testbed")  # clusters.testbed: device_cfgs 1x2 and 2x2
     # What the testbed's accounting said of each job travels in its provenance (a report from
     # elsewhere cannot ask this cluster's sacct): every run, ended, with its elapsed time.
-    for prov in (project / "results/benchmark").rglob("provenance.json"):
-        kept = json.loads(prov.read_text())["accounting"]
+    # (The local run's 1x1 folder stays beside them: its outputs persist, and the testbed's matrix has no 1x1.)
+    provenances = [json.loads(p.read_text()) for p in (project / "results/benchmark").rglob("provenance.json")]
+    on_testbed = [p for p in provenances if p.get("profile") == "testbed"]
+    assert len(on_testbed) == 2, provenances
+    for prov in on_testbed:
+        kept = prov["accounting"]
         assert kept["cluster"] == "testbed" and kept["runs"][-1]["state"] == "COMPLETED", kept
         assert isinstance(kept["runs"][-1]["elapsed_s"], int), kept
     both = report(project, "cmp", "on-local", "on-testbed")
