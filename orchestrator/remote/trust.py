@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from orchestrator.remote.connection import RemoteError
+from orchestrator.util import files
 
 MAX_LOCK_BYTES = 64 * 1024 * 1024  # a 1,000-item matrix's lock is about 1 MB
 MAX_STAGES = 100_000
@@ -98,7 +99,7 @@ def tree_problems(root: Path, shown_as: str) -> list[str]:
         where = posixpath.join(shown_as, path.relative_to(root).as_posix()) if path != root else shown_as
         mode = path.lstat().st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            found.append(f"{shown(where)}: not a regular file or folder ({_kind(mode)}): never placed")
+            found.append(f"{shown(where)}: not a regular file or folder ({files.kind_words(mode)}): never placed")
         elif path != root and (problem := name_problem(path.name)):
             found.append(f"{shown(where)}: {problem}: never placed")
     return found
@@ -111,13 +112,6 @@ def _walk(root: Path) -> Iterator[Path]:
         yield path
         if stat.S_ISDIR(path.lstat().st_mode):
             stack.extend(path.iterdir())
-
-
-def _kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "a device"
 
 
 def umask() -> int:

@@ -69,6 +69,11 @@ _KINDS = (
 )
 
 
+def kind_words(mode: int) -> str:
+    """What a file that is not a regular one is, in words: "a folder", "a FIFO", "a block device"..."""
+    return _what(mode)[1]
+
+
 def _what(mode: int) -> tuple[str, str]:
     for test, kind, words in _KINDS:
         if test(mode):
