@@ -253,19 +253,7 @@ def guard(where: str, there: Identity, image: Path, ours: Identity, replace: boo
 
 def _mode_for(local_mode: int) -> int:
     """The mode rsync gives a new file without -p: the source's permission bits less the umask."""
-    return local_mode & 0o777 & ~_umask()
-
-
-def _umask() -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # no /proc: read it by setting it (and set it back at once)
-    os.umask(mask)
-    return mask
+    return local_mode & 0o777 & ~files.umask()
 
 
 # --- push ---------------------------------------------------------------------------------
@@ -696,7 +684,7 @@ def _heal_here(dest: Path, mode: int, sidecar: Path, ours: Identity, digest: str
 
 def _write_sidecar_here(sidecar: Path, text: str, say: Callable[[str], None]) -> None:
     try:
-        files.atomic_write(sidecar, text + "\n", mode=0o666 & ~_umask())
+        files.atomic_write(sidecar, text + "\n", mode=0o666 & ~files.umask())
     except OSError as exc:
         say(f"note: could not write {sidecar}: {exc.strerror or exc}; the next copy over this image reads its own label instead")
 

@@ -49,7 +49,6 @@ import re
 import shlex
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -59,7 +58,7 @@ from orchestrator.remote.checkout import LOCK_NAME
 from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.shared import Puller, default_remote
 from orchestrator.remote.trust import Declared, Out, Refused, shown
-from orchestrator.util import yamlio
+from orchestrator.util import files, yamlio
 from orchestrator.util.runner import Completed, Runner
 
 STAGING = ".orchestrator/fetch"
@@ -151,21 +150,13 @@ def merge(local: str | None, entries: dict[str, dict], where: str = "dvc.lock he
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` by a temporary file renamed over it, with the mode the old file had
-    (a new one: what the umask gives), not mkstemp's 0600."""
+    """``text`` into ``path`` in one rename, with the mode the old file had (a new one: what the
+    umask gives), not atomic_write's default."""
     try:
         mode = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
-        mode = 0o666 & ~trust.umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        mode = 0o666 & ~files.umask()
+    files.atomic_write(path, text, mode=mode)
 
 
 class Hasher:
@@ -422,7 +413,7 @@ def _check(
     """What is wrong with the staged outs of ``plan`` (nothing: they may be placed), and each one's size fields."""
     problems: list[str] = []
     meta: dict[str, dict] = {}
-    mask = trust.umask()
+    mask = files.umask()
     for out in plan.outs:
         local = staged / out.path
         if out in shared and not puller.lay_out(out.hash_name, out.md5, local):

@@ -114,12 +114,6 @@ def _walk(root: Path) -> Iterator[Path]:
             stack.extend(path.iterdir())
 
 
-def umask() -> int:
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
-
-
 def set_modes(root: Path, mask: int) -> None:
     """Each file under ``root`` the mode a new file gets (0666 less the umask), each folder a new
     folder's: no exec, setuid or setgid bit from the cluster. Links are never followed."""

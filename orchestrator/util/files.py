@@ -81,6 +81,20 @@ def _what(mode: int) -> tuple[str, str]:
     return "special", "a special file"
 
 
+def umask() -> int:
+    """This process's umask: what a new file's mode loses. Read from /proc where it is there, as
+    setting it to read it (the fallback) changes it for every thread until it is set back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def size_text(n: int) -> str:
     """``n`` bytes in words: 1 MiB, 64 KiB, 300 bytes."""
     for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
