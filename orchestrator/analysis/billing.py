@@ -38,13 +38,19 @@ def cost(
             return None, f"the profile states no {billing.unit} per node-hour, and this partition bills whole nodes"
         if nodes is None or nodes < 1:
             return None, "node count unknown"
-        value = billing.hourly(nodes, 0, whole_node=True) * hours  # type: ignore[operator] - the rate is stated (above)
-        return value, f"{nodes} node(s) x {hours:.4g} h x {billing.per_node_hour:g} {billing.unit} per node-hour (whole nodes billed)"
+        rate = billing.hourly(nodes, 0, whole_node=True)
+        assert rate is not None  # its per-node rate is stated (above)
+        return (
+            rate * hours,
+            f"{nodes} node(s) x {hours:.4g} h x {billing.per_node_hour:g} {billing.unit} per node-hour (whole nodes billed)",
+        )
     if billing.per_gpu_hour is None:
         return None, f"the profile states no {billing.unit} per GPU-hour, and this partition bills by the GPU"
     if gpus is None or gpus < 1:
         # A job without GPUs on a shared partition is billed from another budget (CPU core-hours).
         return None, "GPU count unknown" if gpus is None else "no GPUs allocated: not billed in GPU units"
-    value = billing.hourly(0, gpus, whole_node=False) * hours  # type: ignore[operator] - the rate is stated (above)
+    rate = billing.hourly(0, gpus, whole_node=False)
+    assert rate is not None  # its per-GPU rate is stated (above)
+    value = rate * hours
     note = f"{gpus} GPU(s) x {hours:.4g} h x {billing.per_gpu_hour:g} {billing.unit} per GPU-hour"
     return value, f"{note} (more if the job held more cores or memory than its GPUs' share, which some sites bill)"

@@ -75,22 +75,26 @@ def _scaling(MplFigure, group: list[Series]):
     ax1, ax2, ax3 = axes[:3]
     every_gpu: list[int] = []
     for s in group:
-        rows = [r for r in s.rows if r.scaled.speedup is not None]  # a throughput and a GPU count
+        # A throughput and a GPU count: scaling.scale gives these rows (and the baseline) an ideal and an efficiency too.
+        rows = [r for r in s.rows if r.scaled.speedup is not None]
         gpus = [r.gpus or 0 for r in rows]
         every_gpu += gpus
         label = s.source if compared else "measured"
         base = next(r for r in rows if r.config == s.baseline)
         ax1.plot(gpus, [r.throughput for r in rows], "o-", label=label)
         ax2.plot(gpus, [r.scaled.speedup for r in rows], "o-", label=label)
-        ax3.plot(gpus, [100 * r.scaled.efficiency for r in rows], "o-", label=label)
+        ax3.plot(gpus, [100 * r.scaled.efficiency for r in rows if r.scaled.efficiency is not None], "o-", label=label)
         if not compared:
-            ax1.plot(gpus, [base.throughput * r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
+            assert base.throughput is not None
+            ax1.plot(
+                gpus, [base.throughput * r.scaled.ideal for r in rows if r.scaled.ideal is not None], "--", color="grey", label="ideal"
+            )
             ax2.plot(gpus, [r.scaled.ideal for r in rows], "--", color="grey", label="ideal")
             for r in rows:
                 ax1.annotate(r.config, (r.gpus, r.throughput), textcoords="offset points", xytext=(4, -10), fontsize="x-small")
         if mfu:
-            shown = [r for r in rows if r.mfu is not None]
-            axes[3].plot([r.gpus or 0 for r in shown], [100 * r.mfu for r in shown], "o-", label=label)
+            shown = [(r.gpus or 0, 100 * r.mfu) for r in rows if r.mfu is not None]
+            axes[3].plot([g for g, _ in shown], [m for _, m in shown], "o-", label=label)
     ax1.set_ylabel(group[0].unit or "throughput")
     ax2.set_ylabel("speedup vs each baseline" if compared else f"speedup vs {group[0].baseline}")
     ax3.axhline(100, ls="--", color="grey")
@@ -149,7 +153,9 @@ def _energy(MplFigure, report: Report):
     ax = fig.subplots()
     colors = {"accounting": "tab:green", "sampled": "tab:blue", "estimate": "tab:orange"}
     for i, (_, r) in enumerate(rows):
-        ax.bar(i, r.energy.kwh, color=colors[r.energy.source], hatch="//" if r.energy.source == "estimate" else None, label=r.energy.source)
+        source = r.energy.source
+        assert source is not None  # energy in joules names where it came from
+        ax.bar(i, r.energy.kwh, color=colors[source], hatch="//" if source == "estimate" else None, label=source)
         if r.emissions.kg is not None:
             ax.annotate(f"{r.emissions.kg:.3g} kg CO2e", (i, r.energy.kwh), ha="center", va="bottom", fontsize="x-small")
     ax.set_xticks(range(len(rows)))

@@ -318,7 +318,7 @@ def activations_gb(
     """Activation memory of the first pipeline stage, per GPU (GB): Korthikanti et al. 2022."""
     s, b, h, a = model.seq_len, micro_batch, model.hidden, model.heads
     if recompute == "full":
-        per_layer = s * b * h * 2  # the paper's Table 2: full recomputation is not divided by t
+        per_layer: float = s * b * h * 2  # the paper's Table 2: full recomputation is not divided by t
     elif recompute == "selective":
         per_layer = s * b * h * 34 / tensor
     else:

@@ -21,6 +21,7 @@ from typing import Any
 
 from orchestrator.analysis import energy
 from orchestrator.analysis.billing import cost as billing_cost
+from orchestrator.analysis.energy import Emissions, Energy
 from orchestrator.analysis.mfu import mfu, number
 from orchestrator.analysis.runs import Run
 from orchestrator.analysis.scaling import Mode, Point, Scaled, baseline_index, scale, scaling_mode, throughput_of
@@ -57,8 +58,8 @@ class Row:
     breakdown: Mapping[str, float]  # profile_* keys of the metrics
     mfu: float | None
     mfu_note: str
-    energy: energy.Energy
-    emissions: energy.Emissions
+    energy: Energy  # the field's name hides the module inside the class: the types by their own names
+    emissions: Emissions
     cost: float | None = None  # in the site's billing units (profile's site.billing)
     cost_unit: str | None = None
     cost_note: str = ""
@@ -303,7 +304,7 @@ def _elapsed(run: Run, prof: profile.Profile, accounting: energy.Accounting | No
         # What the job's own cluster said when the job was recorded: a revision from another
         # cluster, or this one's accounting out of reach, still gets every run's time and energy.
         applies = _Accounted(kept, None)
-    elapsed = energy.accounted_elapsed_s(applies.accounting, job_id)
+    elapsed: float | None = energy.accounted_elapsed_s(applies.accounting, job_id)
     extra = ""
     if elapsed is None:
         elapsed = number(prov.get("elapsed_s"))

@@ -7,6 +7,7 @@ import math
 import os
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -143,7 +144,7 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
