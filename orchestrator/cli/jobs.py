@@ -163,8 +163,8 @@ def sweep(
         later = sum(j.deferred for j in rows)
         return f"{len(rows)} ({later} in a later wave)" if later else str(len(rows))
 
-    rows = [(p.name, " ".join(o for os_ in p.overrides.values() for o in os_), items(p)) for p in made.points]
-    table(("experiment", "params", "items"), rows)
+    points = [(p.name, " ".join(o for os_ in p.overrides.values() for o in os_), items(p)) for p in made.points]
+    table(("experiment", "params", "items"), points)
     click.echo(f"sweep {made.name}: {len(made.points)} points" + (f"; recording job {recorder.job_id}" if recorder else ""))
 
 

@@ -29,8 +29,8 @@ def profile_diff(baseline: Path, exp: Path, top: int, as_json: bool, project: Pa
     experiment: a run on another cluster, kept as its experiment), as `git show` does.
     """
     with tempfile.TemporaryDirectory(prefix="orchestrator-profile-diff-") as scratch:
-        runs = [opdiff.load(_at_revision(str(arg), project, Path(scratch) / str(n))) for n, arg in enumerate((baseline, exp))]
-    comparison = opdiff.compare(*runs, top)
+        base_run, exp_run = [opdiff.load(_at_revision(str(arg), project, Path(scratch) / str(n))) for n, arg in enumerate((baseline, exp))]
+    comparison = opdiff.compare(base_run, exp_run, top)
     click.echo(json.dumps(comparison.to_json(), indent=2) if as_json else opdiff.render_text(comparison))
 
 

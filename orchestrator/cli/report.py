@@ -15,6 +15,7 @@ import click
 from orchestrator.cli.options import FiniteFloat, cluster_option, project_option
 
 if TYPE_CHECKING:
+    from orchestrator.config.profile import Profile
     from orchestrator.scripts.workspace import Workspace
 
 
@@ -131,7 +132,8 @@ def report(
             if not chosen_stages:
                 raise _no_throughput(runs, mapping)
             runs = [r for r in runs if r.expected.stage in chosen_stages]
-        profiles, notes = {}, []
+        profiles: dict[str, Profile] = {}
+        notes: list[str] = []
         for source, fallback in fallbacks.items():
             chosen_profiles, profile_notes = load_profiles([r for r in runs if r.source == source], fallback)
             profiles |= chosen_profiles

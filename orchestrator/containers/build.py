@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from orchestrator.config.profile import BUILDERS
 from orchestrator.containers import definition, leftovers, progress
@@ -59,7 +60,8 @@ from orchestrator.util.files import sha256_file
 from orchestrator.util.runner import Runner, Stopped
 
 IMAGES_DIR = ".orchestrator/images"  # workspace-local default for built images (git-ignored)
-RUNTIMES = ("apptainer", "singularity")
+Runtime = Literal["apptainer", "singularity"]
+RUNTIMES: tuple[Runtime, ...] = ("apptainer", "singularity")
 STAMP_VERSION = 2  # 2: content-sha256 identity (no CA bundle, base by content); 1's images are rebuilt once
 DEFAULT_TIMEOUT = 7200.0
 
@@ -172,7 +174,7 @@ def builder_flags(builder: str) -> list[str]:
     return ["--fakeroot"] if builder == "fakeroot" else []
 
 
-def find_runtime(runner: Runner, builder: str = "fakeroot") -> str:
+def find_runtime(runner: Runner, builder: str = "fakeroot") -> Runtime:
     """The runtime's name (argv[0]): apptainer, else singularity; for the ``proot`` builder
     singularity only (SingularityCE's proot builds; Apptainer has none), with ``proot`` on PATH."""
     if builder == "proot":
@@ -225,8 +227,18 @@ def build(
     with _lock(out):
         # Built meanwhile, by a build that held the lock before us?
         if not force and stale_reason(read_stamp(out), out, fresh.content_hash, fresh.digests, fresh.definition_sha) is None:
-            again = {"output": output, "digest_file": digest_file, "overrides": overrides, "timeout": timeout, "builder": builder}
-            return build(project, name, runner, **again, say=say, display=display)
+            return build(
+                project,
+                name,
+                runner,
+                output=output,
+                digest_file=digest_file,
+                overrides=overrides,
+                timeout=timeout,
+                builder=builder,
+                say=say,
+                display=display,
+            )
         how = shlex.join([Path(runtime).name, "build", *flags]) + (" (proot)" if builder == "proot" else "")
         say(f"{image.name}: building ({reason}) with {how}; this can take minutes")
         commit = git_commit(project, _git_paths(project, image), runner)
