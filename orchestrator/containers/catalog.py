@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from orchestrator.containers import identity, images, leftovers
 from orchestrator.containers.build import IMAGES_DIR, DigestMemo, freshness, read_stamp
@@ -97,7 +97,9 @@ class Entry:
         """Whether the newest push was of the SIF that is here now (None: never pushed)."""
         if not self.pushes:
             return None
-        return bool(self.sif_sha256) and self.pushes[0].sha256 == _hex(self.sif_sha256)
+        if not self.sif_sha256:
+            return False
+        return self.pushes[0].sha256 == _hex(self.sif_sha256)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -140,7 +142,7 @@ def entry(project: Path, name: str, *, folder: Path | None = None, now: float | 
 def _entry(project: Path, name: str, sif: Path, now: float, memo: DigestMemo) -> Entry:
     st = _stat(sif)
     stamp = read_stamp(sif) if st else {}
-    built = {
+    built: _Built = {
         "content_hash": stamp.get("content_hash"),
         "sif_sha256": stamp.get("digest"),
         "size": st.st_size if st else None,
@@ -164,6 +166,17 @@ def _entry(project: Path, name: str, sif: Path, now: float, memo: DigestMemo) ->
         return Entry(name, description, sif, "not built", "no image yet", current_hash=fresh.content_hash, **built)
     state: State = "stale" if fresh.reason else "up to date"
     return Entry(name, description, sif, state, fresh.reason, current_hash=fresh.content_hash, **built)
+
+
+class _Built(TypedDict):
+    """An Entry's fields from its SIF and stamp (each None when not built)."""
+
+    content_hash: str | None
+    sif_sha256: str | None
+    size: int | None
+    built_at: str | None
+    age_s: float | None
+    pushes: tuple[Push, ...]
 
 
 def _big(inp: Input) -> bool:
@@ -216,7 +229,8 @@ class CleanPlan:
 
     @property
     def rows(self) -> list[tuple[Path, int, str]]:
-        return [(r.path, r.bytes, r.what) for r in (*self.items, *self.stopped)]
+        found: tuple[Removable | leftovers.Leftover, ...] = (*self.items, *self.stopped)
+        return [(r.path, r.bytes, r.what) for r in found]
 
     @property
     def total(self) -> int:

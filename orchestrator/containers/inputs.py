@@ -36,6 +36,7 @@ import hashlib
 import os
 import platform
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,7 @@ def prepare(project: Path, image: Image) -> Prepared:
     template, used = definition.load(image.template)
     variables: dict[str, object] = {"name": image.name}
     variables.update({("from_ref" if k == "from" else k): v for k, v in image.values.items()})
-    inputs = []
+    inputs: list[Input] = []
     # The project's own code reaches jobs from their workspace (bound, first on PYTHONPATH), not
     # from the image; an image copies it in only when images.yaml's `source` asks for it.
     variables["src_dir"] = "src" if image.source and "src_dir" in used else ""
@@ -197,10 +198,10 @@ def _source_inputs(project: Path, source: Sequence[str]) -> Iterable[Input]:
 
 def train_requirements(project: Path) -> list[str]:
     """The ``train`` extra of the project's pyproject.toml."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    else:  # the backport, a dependency on 3.10
+        import tomli as tomllib
     path = project / "pyproject.toml"
     try:
         data = tomllib.loads(path.read_text())

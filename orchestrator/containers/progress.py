@@ -18,7 +18,10 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 STEP_WIDTH = 60  # a %post step is cut to this many characters: pip install lines list every requirement
 
@@ -147,7 +150,7 @@ class Terminal:
         self.console = console or Console(stderr=True)
         self.clock = clock
         self.tracker: Tracker | None = None
-        self.live = None
+        self.live: Live | None = None
 
     def begin(self, image: str) -> None:
         from rich.live import Live
