@@ -1,0 +1,17 @@
+"""The command blocks of Get started and the how-to guides that run on this machine alone
+(`<!-- run: local -->`) run as the pages show them, page by page, each in a fresh folder
+(tests/doc_blocks.py)."""
+
+from __future__ import annotations
+
+import pytest
+from doc_blocks import page_id, pages_needing, run_page
+from support import require
+
+PAGES = pages_needing("local")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[page_id(p) for p in PAGES])
+def test_the_pages_commands_run_as_shown(page, tmp_path):
+    require("shellcheck")  # the pages run render --check, which runs it on every script
+    run_page(page, tmp_path)
