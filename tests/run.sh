@@ -26,5 +26,5 @@ if [ "${1:-}" = --fast ]; then
   fast=(-m "not slurm and not apptainer and not ssh")
 fi
 
-python3 -m pip install -q -e '.[train,test]'
+python3 -m pip install -q -e '.[train,test,docs]'
 exec python3 -m pytest "${fast[@]}" "$@"

@@ -64,5 +64,5 @@ def test_lumi_asks_what_its_documentation_asks():
     parts = profile.load("lumi").profile.scheduler.partitions
     assert (parts["small-g"].mem_per_gpu, parts["dev-g"].mem_per_gpu, parts["standard-g"].mem) == ("60G", "60G", "480G")
     assert parts["small"].mem is None and parts["small"].mem_per_gpu is None  # LUMI-C: the per-CPU default
-    for name in ("frontier", "juwels-booster"):  # docs silent: nothing requested (docs/site-conventions.md)
+    for name in ("frontier", "juwels-booster"):  # docs silent: nothing requested (docs/reference/site-conventions.md)
         assert all(p.mem is None and p.mem_per_gpu is None for p in profile.load(name).profile.scheduler.partitions.values())

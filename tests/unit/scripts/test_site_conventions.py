@@ -35,7 +35,7 @@ def test_a_cpu_job_on_small_g_asks_no_memory_per_gpu():
     assert not any(a.startswith("--mem") for a in p.scheduler_args)
 
 
-def test_frontier_asks_no_memory():  # docs silent (the profile and docs/site-conventions.md say so)
+def test_frontier_asks_no_memory():  # docs silent (the profile and docs/reference/site-conventions.md say so)
     p = plan("frontier", params.Settings(account="prj042", image="site"), gpus_per_node=8)
     assert p.problems == () and not any(a.startswith("--mem") for a in p.scheduler_args)
 
