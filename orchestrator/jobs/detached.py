@@ -164,7 +164,7 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
     stages.check_lock(root)
     # DVC names stages relative to the working directory, as `dvc -C` would run: from the project.
     try:
-        with contextlib.chdir(root), Repo(str(root)) as repo:
+        with files.chdir(root), Repo(str(root)) as repo:
             force = force or invocation.forced()
             order, stale_plain = _stale_in_order(repo, ws, targets, force)
             if stale_plain:  # before fingerprinting: their outputs, which it reads, may not exist yet
@@ -219,7 +219,7 @@ def ended_since(batches: Sequence[Batch], backend: backends.SbatchBackend, since
             rec = latest.get((i, name))
             info = infos.get(rec.job_id) if rec is not None else None
             state = info.state if info is not None else rec.state if rec is not None else None
-            if state is None or state.active:
+            if rec is None or state is None or state.active:  # no record: no state either
                 continue
             ended.add(name)
             if state != State.COMPLETED:

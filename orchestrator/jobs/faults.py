@@ -72,8 +72,8 @@ def classify(
             host = m.group("host") if m else None
             # The host NCCL names is the node if it is one of the job's (hostnames and
             # Slurm node names agree on the clusters we know); else leave none out.
-            bad = (host,) if host in ran_on else ()
-            return Fault(f"interconnect error on {host or 'an unnamed node'}: {line.strip()[-160:]}", bad)
+            named = (host,) if host is not None and host in ran_on else ()
+            return Fault(f"interconnect error on {host or 'an unnamed node'}: {line.strip()[-160:]}", named)
     return None
 
 

@@ -16,10 +16,10 @@ what is downstream.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.analysis import energy
 from orchestrator.errors import OrchestratorError, PipelineError
@@ -27,6 +27,7 @@ from orchestrator.jobs import backends, ledger, provenance, submission
 from orchestrator.pipeline import dvclock, fingerprint, stages
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import State
+from orchestrator.util import files
 from orchestrator.util.runner import Runner
 
 
@@ -55,7 +56,7 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
         say(f"{root / '.dvc/tmp/rwlock'} was cut short by a killed DVC process: reset to an empty lock")
     try:
         # DVC names stages relative to the working directory: from the project, as `dvc -C`.
-        with contextlib.chdir(root), Repo(str(root)) as repo, lock_repo(repo):
+        with files.chdir(root), Repo(str(root)) as repo, lock_repo(repo):
             chosen = _chosen(repo, ws, targets)
             # The targets as given (all: none): DVC collects each target named apart, which
             # for every item of a 1,000-item matrix re-read dvc.yaml a thousand times.
@@ -79,7 +80,7 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
             # those that write metrics: one more sacct for all of them.
             kept = [r.job_id for st, r in latest.values() if any(o.metric for o in st.outs) and _completed(infos.get(r.job_id))]
             acct = energy.query_accounting(runner, kept) if kept else None
-            to_dump: dict[object, list] = {}
+            to_dump: dict[Any, list] = {}  # DVC's dvc.yaml files (DVC has no types) and their stages
             for name, (stage, rec) in latest.items():
                 info = infos.get(rec.job_id)
                 state = info.state if info else rec.state

@@ -234,7 +234,8 @@ def recover(records: ledger.ItemLedger, sub: Submission, backend: backends.Backe
         for p in reversed(arrays.placements(sub.ws.root, sub.plan.item))
     ]
     found = [(look, job) for look in looks if (job := backend.find(look)) is not None]
-    job_id, log = None, None
+    job_id: str | None = None
+    log = ""  # set with job_id
     if found:
         look, job = max(found, key=lambda f: int(f[1]))
         job_id, log = _job_of(look, job, sub.plan)

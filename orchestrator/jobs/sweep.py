@@ -153,7 +153,7 @@ def _manifest_problems(data: object, name: str) -> list[str]:
     """What makes ``data`` other than a manifest of sweep ``name``: its shape, and the
     names and folders its points would be recorded and removed by."""
     problems = _shape_problems(data, _SWEEP_FIELDS, "the manifest")
-    if problems:
+    if problems or not isinstance(data, dict):  # not a dict: a problem above
         return problems
     if data["name"] != name:
         problems.append(f"it names sweep {_shown(data['name'])}, not {name!r}")

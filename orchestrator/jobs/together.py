@@ -104,7 +104,8 @@ def _queue(ws: Workspace, names: list[str], prints: dict, outs: dict, runner: Ru
         detached.queue([batch], runner, time.time(), say)
     except backends.SchedulerError as exc:
         # A site limit (MaxSubmitJobs) refuses the lot: DVC still runs the items one by one.
-        say(f"not submitting {len(names)} items of {names[0].split('@', 1)[0]} together: {exc.message}; one at a time instead")
+        why = "; ".join([exc.headline, *exc.problems])
+        say(f"not submitting {len(names)} items of {names[0].split('@', 1)[0]} together: {why}; one at a time instead")
 
 
 def run_here(
@@ -124,7 +125,9 @@ def run_here(
         write_script(script, text)
         subs[name] = Submission(ws, plan, script, text, prints[name], outs[name])
     slots = slots or _slots(ws, subs)
-    waiting, running, ended = list(subs), {}, {}
+    waiting = list(subs)
+    running: dict[str, str] = {}  # job id -> item
+    ended: dict[str, State] = {}
     say(f"running {len(subs)} items of {names[0].split('@', 1)[0]} here, {min(slots, len(subs))} at a time")
     while waiting or running:
         while waiting and len(running) < slots:

@@ -258,3 +258,15 @@ def raise_open_files_limit(wanted: int) -> None:
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+@contextlib.contextmanager
+def chdir(path: Path) -> Iterator[None]:
+    """The working directory ``path`` for the block, then the one before: Python 3.11's
+    ``contextlib.chdir``, which 3.10 (supported) lacks."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
