@@ -20,6 +20,7 @@ from fakes import CorruptingRunner, KillingRunner, NoRsyncRunner
 from support import HOSTILE_DIR, sha, skip_or_fail
 
 from orchestrator.containers import push
+from orchestrator.util import ssh
 from orchestrator.util.runner import SubprocessRunner
 
 BIG = 20 << 20
@@ -55,6 +56,15 @@ def big_image(tmp_path) -> Path:
 def small_image(tmp_path) -> Path:
     """For the tests whose point is not the size: each ssh here costs the remote login shell's start-up."""
     return make_image(tmp_path, SMALL)
+
+
+@pytest.fixture(autouse=True)
+def no_master_left(sshd):
+    """A push leaves its master connection for ten idle minutes: ended after each test, so the
+    next one logs in afresh (a wrong key would otherwise ride on the master of a right one)."""
+    yield
+    stop = ["ssh", *sshd.options, "-o", f"ControlPath={ssh.CONTROL_PATH}", "-O", "exit", "--", sshd.host]
+    subprocess.run(stop, capture_output=True, timeout=30, check=False)
 
 
 def target(sshd, path: Path) -> str:
@@ -99,6 +109,25 @@ def settle(path: Path) -> int:
         size = now
         time.sleep(0.1)
     return size
+
+
+@pytest.mark.ssh
+def test_a_push_logs_in_once(sshd, small_image, tmp_path):
+    """Probe, rsync and commit ride on one master connection: one login, however many connections
+    (a second factor is asked for once); the master stays for the next push or remote command."""
+
+    def logins() -> int:
+        return sshd.log.read_text(errors="replace").count("Accepted publickey")
+
+    before = logins()
+    result = push.push(small_image, target(sshd, tmp_path / "remote" / "img.sif"), SubprocessRunner(), ssh_options=sshd.options)
+    assert result.transferred and result.method == "rsync"
+    deadline = time.monotonic() + 5
+    while logins() == before and time.monotonic() < deadline:  # sshd writes its log as it goes
+        time.sleep(0.05)
+    assert logins() - before == 1
+    check = ["ssh", *sshd.options, "-o", f"ControlPath={ssh.CONTROL_PATH}", "-O", "check", "--", sshd.host]
+    assert subprocess.run(check, capture_output=True, timeout=30, check=False).returncode == 0
 
 
 @pytest.mark.ssh

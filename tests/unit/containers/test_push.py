@@ -21,7 +21,8 @@ import pytest
 from fakes import FakeRunner, ok
 from support import HOSTILE_DIR, invoke, make_sif, make_tiny, sha, sif_labels
 
-from orchestrator.containers import identity, push
+from orchestrator.containers import identity, push, push_local, push_remote
+from orchestrator.util import ssh
 from orchestrator.util.runner import Completed
 
 STATS = """
@@ -60,13 +61,13 @@ def fake_remote(
 
     def ssh(argv):
         words = remote_command(argv)
-        if words[2] == push.PROBE_SCRIPT:
+        if words[2] == push_remote.PROBE_SCRIPT:
             return dataclasses.replace(probe or ok()(argv), argv=tuple(argv))
-        if words[2] == push.DISCARD_SCRIPT:
+        if words[2] == push_remote.DISCARD_SCRIPT:
             return dataclasses.replace(discard or ok()(argv), argv=tuple(argv))
-        if words[2] == push.SIDECAR_SCRIPT:
+        if words[2] == push_remote.SIDECAR_SCRIPT:
             return ok()(argv)
-        assert words[2] == push.COMMIT_SCRIPT
+        assert words[2] == push_remote.COMMIT_SCRIPT
         expected = words[6]
         return dataclasses.replace(commit or ok(f"orchestrator-ship: sha256 {expected}\n")(argv), argv=tuple(argv))
 
@@ -164,7 +165,7 @@ def test_argv_is_built_and_every_remote_word_quoted(image):
     remote_dir = f"/scratch/{HOSTILE_DIR}"
     runner = fake_remote()
     opts = ["-p", "2222", "-i", "/keys/my key", "-o", "ProxyJump=jump host"]
-    result = push.push(image, f"al@lumi:{remote_dir}/img.sif", runner, ssh_options=opts)
+    result = push.push(image, f"al@lumi:{remote_dir}/img.sif", runner, ssh_options=opts, interactive=False)
 
     probe, rsync, commit = runner.calls
     size = image.stat().st_size
@@ -175,9 +176,9 @@ def test_argv_is_built_and_every_remote_word_quoted(image):
     final, part = f"{remote_dir}/img.sif", f"{remote_dir}/.img.sif.part"
     sidecar, sidecar_tmp = f"{final}.orchestrator.json", f"{remote_dir}/.img.sif.orchestrator.json.tmp"
     mode = f"{image.stat().st_mode & 0o777:o}"
-    assert remote_command(probe) == ["sh", "-c", push.PROBE_SCRIPT, "sh", remote_dir, final, part, str(size), sidecar, digest, mode]
+    assert remote_command(probe) == ["sh", "-c", push_remote.PROBE_SCRIPT, "sh", remote_dir, final, part, str(size), sidecar, digest, mode]
     *words, record = remote_command(commit)
-    assert words == ["sh", "-c", push.COMMIT_SCRIPT, "sh", part, final, digest, mode, sidecar, sidecar_tmp]
+    assert words == ["sh", "-c", push_remote.COMMIT_SCRIPT, "sh", part, final, digest, mode, sidecar, sidecar_tmp]
     assert json.loads(record) | {"pushed_at": "", "pushed_from": ""} == {
         "name": None,  # random bytes: no label, no stamp
         "sha256": digest,
@@ -190,7 +191,7 @@ def test_argv_is_built_and_every_remote_word_quoted(image):
     # rsync: the path over the protocol (-s), resumable into the hidden .part, -e split like a shell.
     assert rsync[0] == "rsync" and {"-s", "--inplace", "--partial", "--ignore-times", "--stats"} <= set(rsync)
     e = rsync[rsync.index("-e") + 1]
-    assert shlex.split(e) == ["ssh", *opts, *push.DEFAULT_SSH_OPTIONS]
+    assert shlex.split(e) == ["ssh", *opts, *ssh.options(interactive=False)] == probe[:-3]  # the transport's, as every ssh
     assert rsync[-3:] == ["--", str(image), f"al@lumi:{part}"]
     assert result == push.PushResult(f"al@lumi:{remote_dir}/img.sif", "al@lumi", final, digest, size, True, 20_971_520, "rsync", 0)
 
@@ -236,7 +237,9 @@ def test_skip_when_the_remote_sha_matches(image):
     result = push.push(image, "h:/x/img.sif", runner)
     assert (result.transferred, result.bytes_transferred, result.method, result.sha256) == (False, 0, "skip", digest)
     # No sidecar there yet (pushed by an older version): one more ssh writes it, nothing is sent.
-    assert [remote_command(c)[2] for c in runner.calls] == [push.PROBE_SCRIPT, push.SIDECAR_SCRIPT] and not runner.called("rsync")
+    assert [remote_command(c)[2] for c in runner.calls] == [push_remote.PROBE_SCRIPT, push_remote.SIDECAR_SCRIPT] and not runner.called(
+        "rsync"
+    )
     sidecar = remote_command(runner.calls[1])[-1]
     with_sidecar = fake_remote(probe=dataclasses.replace(probe, stdout=probe.stdout + f"orchestrator-ship: sidecar {sidecar}\n"))
     assert push.push(image, "h:/x/img.sif", with_sidecar).method == "skip"
@@ -333,7 +336,7 @@ def test_commit_script_on_a_mismatch_removes_the_part_and_moves_nothing(tmp_path
     part.write_bytes(b"corrupted")
     final.write_bytes(b"the image jobs use now")
     args = [str(part), str(final), "0" * 64, "644", f"{final}.orchestrator.json", str(tmp_path / ".tmp"), "{}"]
-    done = subprocess.run(["sh", "-c", push.COMMIT_SCRIPT, "sh", *args], capture_output=True, text=True, check=False)
+    done = subprocess.run(["sh", "-c", push_remote.COMMIT_SCRIPT, "sh", *args], capture_output=True, text=True, check=False)
     assert done.returncode == 95 and not part.exists() and final.read_bytes() == b"the image jobs use now"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img.sif"]  # no sidecar either
 
@@ -356,7 +359,7 @@ def test_scp_fallback_translates_options(image):
     runner = fake_remote(installed=("ssh", "scp"))
     result = push.push(image, "al@h:/x/img.sif", runner, ssh_options=["-p", "2222", "-l", "bob", "-i", "/k", "-4C"])
     (scp,) = runner.called("scp")
-    assert scp[:12] == ["scp", "-q", "-P", "2222", "-o", "User=bob", "-i", "/k", "-4C", *push.DEFAULT_SSH_OPTIONS[:3]]
+    assert scp[:12] == ["scp", "-q", "-P", "2222", "-o", "User=bob", "-i", "/k", "-4C", "-o", "ControlMaster=auto", "-o"]
     assert scp[-3:] == ["--", str(image), "al@h:/x/.img.sif.part"]
     assert (result.method, result.bytes_transferred, result.resumed_from) == ("scp", image.stat().st_size, 0)
 
@@ -370,14 +373,14 @@ def test_scp_refuses_paths_it_cannot_quote_for_both_protocols(image):
 
 def test_scp_options_it_cannot_take():
     with pytest.raises(push.ShipError, match="-L"):
-        push.scp_options(["-L", "8080:localhost:80"])
+        push_remote.scp_options(["-L", "8080:localhost:80"])
 
 
 def test_rsync_stats_parsing():
-    assert push.parse_rsync_stats(STATS) == 20_971_520
-    assert push.parse_rsync_stats("Literal data: 0 bytes\n") == 0
-    assert push.parse_rsync_stats("Total transferred file size: 1.234.567 bytes\n") == 1_234_567
-    assert push.parse_rsync_stats("") == 0
+    assert push_remote.parse_rsync_stats(STATS) == 20_971_520
+    assert push_remote.parse_rsync_stats("Literal data: 0 bytes\n") == 0
+    assert push_remote.parse_rsync_stats("Total transferred file size: 1.234.567 bytes\n") == 1_234_567
+    assert push_remote.parse_rsync_stats("") == 0
 
 
 # --- a copy on this machine --------------------------------------------------------------------
@@ -563,7 +566,7 @@ def test_full_disk_removes_the_partial_file_and_says_so(image):
     )
     assert f"make room for the image's {image.stat().st_size:,} bytes there" in text and "nothing was installed at /x/img.sif" in text
     discard = runner.calls[-1]
-    assert remote_command(discard) == ["sh", "-c", push.DISCARD_SCRIPT, "sh", "/x/.img.sif.part"]
+    assert remote_command(discard) == ["sh", "-c", push_remote.DISCARD_SCRIPT, "sh", "/x/.img.sif.part"]
     assert [c[0] for c in runner.calls] == ["ssh", "rsync", "ssh"]  # no commit
 
 
@@ -581,7 +584,7 @@ def test_full_quota_and_a_partial_that_cannot_be_removed(image):
 def test_full_disk_with_scp(image):
     def ssh(argv):
         words = remote_command(argv)
-        return ok("orchestrator-ship: part 4096\n" if words[2] == push.DISCARD_SCRIPT else "")(argv)
+        return ok("orchestrator-ship: part 4096\n" if words[2] == push_remote.DISCARD_SCRIPT else "")(argv)
 
     runner = FakeRunner(answers={"ssh": ssh, "scp": failed(1, "scp: /x/.img.sif.part: No space left on device")}, installed={"ssh", "scp"})
     with pytest.raises(push.ShipError, match=r"the partial file /x/.img.sif.part \(4,096 bytes\) was removed"):
@@ -593,7 +596,7 @@ def test_full_disk_on_a_local_copy(image, tmp_path, monkeypatch):
         Path(dst).write_bytes(b"x" * 1000)
         raise OSError(errno.ENOSPC, "No space left on device", str(dst))
 
-    monkeypatch.setattr(push.shutil, "copyfile", fill)
+    monkeypatch.setattr(push_local.shutil, "copyfile", fill)
     dest = tmp_path / "shared" / "img.sif"
     with pytest.raises(push.ShipError) as err:
         push.push(image, str(dest), FakeRunner(installed=set()))
