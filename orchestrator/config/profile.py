@@ -485,9 +485,9 @@ def problems(p: Profile) -> list[str]:
     if s.service_partition is not None and not patterns.DIRECTIVE_SAFE.fullmatch(s.service_partition):
         found.append(f"scheduler.service_partition {s.service_partition!r} has characters Slurm directives cannot carry")
     for key, part in s.partitions.items():
-        for what, value in [("name", key), ("qos", part.qos), ("constraint", part.constraint), ("slurm_partition", part.slurm_partition)]:
-            if value is not None and not patterns.DIRECTIVE_SAFE.fullmatch(value):
-                found.append(f"scheduler.partitions.{key}: {what} {value!r} has characters Slurm directives cannot carry")
+        for what, name in [("name", key), ("qos", part.qos), ("constraint", part.constraint), ("slurm_partition", part.slurm_partition)]:
+            if name is not None and not patterns.DIRECTIVE_SAFE.fullmatch(name):
+                found.append(f"scheduler.partitions.{key}: {what} {name!r} has characters Slurm directives cannot carry")
         if part.max_nodes < 1:
             found.append(f"scheduler.partitions.{key}.max_nodes must be at least 1")
         for size in part.max_time_by_nodes:
@@ -627,7 +627,7 @@ def _environment_problems(p: Profile) -> list[str]:
     for name in e.node_local_dirs:
         if name not in e.variables:
             found.append(f"environment.node_local_dirs: {name} is not set under environment.variables")
-    templates = [(f"environment.variables.{k}", v) for k, v in e.variables.items()]
+    templates: list[tuple[str, str | None]] = [(f"environment.variables.{k}", v) for k, v in e.variables.items()]
     templates += [("container.image", p.container.image), ("storage.workdir_root", p.storage.workdir_root)]
     templates += [("storage.compile_cache", p.storage.compile_cache)]
     templates += [(f"container.binds[{i}]", b) for i, b in enumerate(p.container.binds)]

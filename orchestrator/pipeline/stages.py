@@ -219,7 +219,8 @@ def select(items: Sequence[Item], targets: Sequence[str]) -> list[Item]:
     """Items named by ``targets`` (item names, stage names or glob patterns); all if none."""
     if not targets:
         return list(items)
-    chosen, unknown = [], []
+    chosen: list[Item] = []
+    unknown: list[str] = []
     for target in targets:
         hits = [i for i in items if target in (i.name, i.group) or fnmatch.fnmatchcase(i.name, target)]
         if not hits:

@@ -77,7 +77,7 @@ def _problem(cmd: object) -> str | None:
 def _entries(stage: Mapping, key: str) -> list[tuple[str, object]]:
     """(path, its options) of a stage's outs, metrics or plots as DVC writes them: a path, or a one-key mapping."""
     value = stage.get(key)
-    found = []
+    found: list[tuple[str, object]] = []
     for entry in value if isinstance(value, list) else []:
         if isinstance(entry, str):
             found.append((entry, None))
