@@ -25,6 +25,7 @@ SHELL_LANGUAGES = frozenset({"bash", "sh", "shell", "console", "zsh"})
 KINDS = ("local", "testbed", "ssh", "no")
 
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)[^`]*$")
+_SNIPPET = re.compile(r"^\s*--8<--\s*[\"'](?P<path>[^\"']+)[\"']\s*$")
 _TAG = re.compile(r"^\s*<!--\s*run:\s*(?P<kind>[a-z]+)\s*(?:\((?P<reason>[^)]*)\))?\s*-->\s*$")
 
 
@@ -66,9 +67,14 @@ def blocks(page: Path) -> list[Block]:
             previous = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
             tag = _TAG.match(previous)
             kind, reason = (tag["kind"], (tag["reason"] or "").strip()) if tag else (None, "")
-            found.append(Block(page, i + 1, language, kind, reason, "\n".join(body) + "\n"))
+            found.append(Block(page, i + 1, language, kind, reason, _expand("\n".join(body) + "\n")))
         i = j + 1
     return found
+
+
+def _expand(text: str) -> str:
+    """A block's `--8<-- "PATH"` lines replaced by the file's text, as pymdownx.snippets does (PATH from the repository's root)."""
+    return "".join((ROOT / m["path"]).read_text() if (m := _SNIPPET.match(line)) else line for line in text.splitlines(keepends=True))
 
 
 def kinds(page: Path) -> set[str]:

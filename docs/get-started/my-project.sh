@@ -1,0 +1,31 @@
+# The project of Get started, its stage already run through the orchestrator.
+mkdir my-project && cd my-project && git init -q && dvc init -q
+cat > train.py <<'PY'
+import json, os, sys
+
+lr = float(sys.argv[1])
+os.makedirs(f"out/{lr}", exist_ok=True)
+with open(f"out/{lr}/metrics.json", "w") as f:
+    json.dump({"lr": lr, "score": 1 - lr}, f)
+print(f"lr {lr}: score {1 - lr:.2f}")
+PY
+printf 'train:\n  lrs: [0.1, 0.2]\n' > params.yaml
+cat > dvc.yaml <<'YAML'
+stages:
+  train:
+    matrix:
+      lr: ${train.lrs}
+    cmd: orchestrator run -- python3 train.py ${item.lr}
+    deps: [train.py]
+    params: [orchestrator.cluster]
+    metrics:
+      - out/${item.lr}/metrics.json:
+          cache: false
+          persist: true
+    outs:
+      - out/${item.lr}/provenance.json:
+          cache: false
+          persist: true
+YAML
+orchestrator init > /dev/null
+git add -A && git commit -q -m "my project"
