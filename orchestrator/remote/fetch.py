@@ -52,6 +52,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from orchestrator.remote import trust
 from orchestrator.remote.checkout import LOCK_NAME
@@ -179,6 +180,7 @@ class Hasher:
         staging, meta, obj = build(self.odb, str(path), self.fs, name)
         self._built[str(path)] = (staging, obj)
         sizes = {"size": meta.size} if meta.size is not None else {}
+        assert obj.hash_info.value is not None  # build() hashes what it builds (its type allows none)
         return obj.hash_info.value, sizes | ({"nfiles": meta.nfiles} if meta.nfiles is not None else {})
 
     def cache(self, path: Path, keep: bool = True) -> None:
@@ -336,7 +338,7 @@ class Plan:
     fields: dict
 
 
-def _plan(name: str, entry: object, hasher: Hasher, own: frozenset[str]) -> Plan | Result:
+def _plan(name: str, entry: Any, hasher: Hasher, own: frozenset[str]) -> Plan | Result:
     """What to fetch of stage ``name``, its entry checked before any byte moves; a refused stage: its Result."""
     try:
         outs = trust.verify_outs(name, entry, hasher.declared(name), own)
@@ -399,7 +401,7 @@ def _fetch_stage(
             return Result(name, False, why="not taken, its dvc.lock entry not written", problems=problems, refused=True)
         size, files = _place(project, outs, staged, hasher)
         notes = hasher.ignore(name)
-        routes = {out.path: (f"DVC remote {puller.name!r}" if out in shared else RSYNC) for out in outs}
+        routes = {out.path: (f"DVC remote {puller.name!r}" if puller is not None and out in shared else RSYNC) for out in outs}
         entry = {**plan.fields, "outs": [_out_entry(out, meta[out.path]) for out in outs]}
         return Result(name, True, size=size, files=files, routes=routes, notes=notes, entry=entry)
     finally:
@@ -416,7 +418,7 @@ def _check(
     mask = files.umask()
     for out in plan.outs:
         local = staged / out.path
-        if out in shared and not puller.lay_out(out.hash_name, out.md5, local):
+        if puller is not None and out in shared and not puller.lay_out(out.hash_name, out.md5, local):
             problems.append(f"{out.path}: not whole in the DVC remote {puller.name!r} (not pushed there, or an object of it corrupt)")
             continue
         special = [f"{shown(path)}: not a regular file or folder there (a link, FIFO, device or socket)" for path in _skipped(done, out)]
@@ -504,7 +506,7 @@ def _way(way: str) -> str:
     return f"by {way}" if way == RSYNC else f"through the {way}"
 
 
-def _human(size: int) -> str:
+def _human(size: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
             return f"{size} {unit}" if unit == "B" else f"{size:.1f} {unit}"

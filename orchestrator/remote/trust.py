@@ -249,7 +249,7 @@ def refusal(name: str, why: str) -> Refused:
 def _verify_out(name: str, out: Any, declared: Mapping[str, Declared], own: frozenset[str]) -> Out:
     path = out.get("path") if isinstance(out, dict) else None
     problem = path_problem(path, own)
-    if problem:
+    if problem or not isinstance(path, str):  # not a string: a problem too
         raise refusal(name, f"its entry there names {shown(path)!r}: {problem}")
     norm = posixpath.normpath(path)
     if norm not in declared:
