@@ -217,7 +217,8 @@ def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Ou
             done.stderr.strip().splitlines()[-12:],
             ["move or remove the files it names there (`orchestrator remote shell`), or stop tracking them on the workstation"],
         )
-    kept_entries, kept_ignores = {}, {}
+    kept_entries: dict[str, list[str]] = {}
+    kept_ignores: dict[str, list[str]] = {}
     for path, ours in saved.items():
         theirs = git.show(commit, path)
         merge = merge_lock if PurePosixPath(path).name == LOCK_NAME else merge_ignore
