@@ -467,7 +467,29 @@ def task_variables() -> str:
     return "| variable | what it is | in golden scripts |\n| --- | --- | --- |\n" + "\n".join(rows) + "\n" + note
 
 
+def packages() -> str:
+    """The packages of ``orchestrator/``, each with what its docstring says it owns and may import."""
+    import importlib
+
+    rows = []
+    for folder in sorted(p.parent for p in (ROOT / "orchestrator").glob("*/__init__.py")):
+        doc = inspect.getdoc(importlib.import_module(f"orchestrator.{folder.name}")) or ""
+        if not doc:
+            raise PluginError(f"orchestrator/{folder.name}/__init__.py has no docstring saying what the package owns")
+        paragraphs = [" ".join(part.split()) for part in doc.split("\n\n")]
+        imports = next((p for p in paragraphs[1:] if "mport" in p), "")
+        rows.append(f"| `{folder.name}` | {_cell(_rst(paragraphs[0]))} | {_cell(_rst(imports))} |")
+    return "| package | what it owns | its rules |\n| --- | --- | --- |\n" + "\n".join(rows) + "\n"
+
+
+def _rst(text: str) -> str:
+    """reStructuredText roles and literals as Markdown code."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text)
+    return text.replace("``", "`")
+
+
 GENERATORS = {
+    "packages": packages,
     "profile-keys": profile_keys,
     "builtin-profiles": builtin_profiles,
     "params-keys": params_keys,
