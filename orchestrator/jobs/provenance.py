@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import posixpath
-import subprocess
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -74,11 +73,8 @@ MAX_DIRTY_FILES = 20
 def dirty_files(root: Path, runner: Runner) -> list[str]:
     """The tracked files that differ from HEAD (as ``git status`` names them), at most
     MAX_DIRTY_FILES and then how many more; untracked files are not changes to the code."""
-    try:
-        done = runner.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    names = [line[3:] for line in done.stdout.splitlines() if len(line) > 3] if done.returncode == 0 else []
+    out = git.Git(root, runner).output("status", "--porcelain", "--untracked-files=no", timeout=60)
+    names = [line[3:] for line in (out or "").splitlines() if len(line) > 3]
     more = len(names) - MAX_DIRTY_FILES
     return names[:MAX_DIRTY_FILES] + ([f"(+{more} more)"] if more > 0 else [])
 

@@ -39,7 +39,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -49,6 +48,7 @@ from orchestrator.errors import ConfigError, OrchestratorError, PlanError, Unrea
 from orchestrator.jobs import backends, detached, record
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.util import files
+from orchestrator.util.git import Git
 from orchestrator.util.runner import Runner
 
 SWEEPS_DIR = ".dvc/tmp/orchestrator-sweeps"
@@ -519,7 +519,7 @@ def _copy(root: Path, runner: Runner, sweep: Sweep, point: Point, cache: Path, p
     copy = root / point.folder
     if not (copy / ".git").exists():
         copy.parent.mkdir(parents=True, exist_ok=True)
-        done = runner.run(["git", "-C", str(root), "worktree", "add", "--force", "--detach", str(copy), sweep.baseline], timeout=120)
+        done = Git(root, runner).run("worktree", "add", "--force", "--detach", str(copy), sweep.baseline, timeout=120)
         if done.returncode != 0:
             raise OrchestratorError(f"git cannot make its copy of the project: {done.stderr.strip()}")
         made.append(copy)
@@ -555,8 +555,5 @@ def _save_experiment(copy: Path, name: str, runner: Runner) -> None:
 
 
 def _git(runner: Runner, root: Path, *args: str) -> str | None:
-    try:
-        done = runner.run(["git", "-C", str(root), *args], timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    out = Git(root, runner).output(*args, timeout=120)
+    return None if out is None else out.strip()

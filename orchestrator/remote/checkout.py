@@ -51,6 +51,7 @@ import yaml
 
 from orchestrator.remote.connection import RemoteError
 from orchestrator.util import yamlio
+from orchestrator.util.git import Git
 from orchestrator.util.runner import Completed, Runner
 
 STATE_FILE = ".orchestrator/remote/synced.json"
@@ -144,7 +145,7 @@ class _Git:
     runner: Runner
 
     def __call__(self, *args: str, check: bool = True) -> Completed:
-        done = self.runner.run(["git", "-C", str(self.root), *args], timeout=600)
+        done = Git(self.root, self.runner).run(*args)
         if check and done.returncode != 0:
             raise RemoteError(
                 f"`git {' '.join(args)}` failed in {self.root} (exit {done.returncode})", done.stderr.strip().splitlines()[-8:]

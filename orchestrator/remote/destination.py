@@ -31,6 +31,7 @@ from pathlib import Path
 from orchestrator.config import params, profile
 from orchestrator.remote.connection import RemoteError
 from orchestrator.util import patterns
+from orchestrator.util.git import Git
 from orchestrator.util.runner import Runner
 
 
@@ -109,7 +110,7 @@ def named_cluster(prm: params.Params, cluster: str | None, flag: str = "--remote
 def repository(project: Path, runner: Runner) -> tuple[Path, str]:
     """The git repository ``project`` is in (its top folder) and the project's folder inside it."""
     try:
-        done = runner.run(["git", "-C", str(project), "rev-parse", "--show-toplevel", "--show-prefix"], timeout=60)
+        done = Git(project, runner).run("rev-parse", "--show-toplevel", "--show-prefix", timeout=60)
     except FileNotFoundError:
         raise RemoteError("git is not installed here: --remote sends the project's commits to the cluster with git") from None
     lines = done.stdout.splitlines()
@@ -128,7 +129,7 @@ _COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 def identity(repo: Path, runner: Runner) -> tuple[str, ...]:
     """The root commit(s) of HEAD's history: what another clone of the same project shares, whatever
     its folder is called, and an unrelated project does not. (): no commit yet."""
-    done = runner.run(["git", "-C", str(repo), "rev-list", "--max-parents=0", "HEAD"], timeout=60)
+    done = Git(repo, runner).run("rev-list", "--max-parents=0", "HEAD", timeout=60)
     if done.returncode != 0:
         return ()
     return tuple(sorted(line.strip() for line in done.stdout.splitlines() if _COMMIT.fullmatch(line.strip())))

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import shlex
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.remote.checkout import NOT_MERGED
 from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.session import IN_FOLDER, Session, command
+from orchestrator.util.git import Git
+from orchestrator.util.git import argv as git_argv
 from orchestrator.util.runner import Completed, Runner
 
 HEAD_REF = "refs/orchestrator/head"
@@ -49,7 +51,7 @@ class Snapshot:
 
 def snapshot(repo: Path, runner: Runner, with_changes: bool) -> Snapshot:
     """HEAD and, with ``with_changes``, a commit of the working tree on top of it (pure git, nothing moved)."""
-    git = _git(repo, runner)
+    git = _git(Git(repo, runner))
     head = git("rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
     if head.returncode != 0:
         raise RemoteError(f"{repo} has no commit yet: --remote sends the committed state", hints=["commit the project, then run it again"])
@@ -57,10 +59,10 @@ def snapshot(repo: Path, runner: Runner, with_changes: bool) -> Snapshot:
     if not with_changes or not status:
         return Snapshot(head.stdout.strip(), None, len(status))
     with tempfile.TemporaryDirectory(prefix="orchestrator-index-") as tmp:
-        index = f"GIT_INDEX_FILE={Path(tmp) / 'index'}"
-        _check(runner.run(["env", index, "git", "-C", str(repo), "read-tree", "HEAD"], timeout=600))
-        _check(runner.run(["env", index, "git", "-C", str(repo), "add", "-A", "--", ".", *NOT_MERGED], timeout=600))
-        tree = _check(runner.run(["env", index, "git", "-C", str(repo), "write-tree"], timeout=600)).stdout.strip()
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        git("read-tree", "HEAD", env=index)
+        git("add", "-A", "--", ".", *NOT_MERGED, env=index)
+        tree = git("write-tree", env=index).stdout.strip()
     if tree == git("rev-parse", "HEAD^{tree}").stdout.strip():
         return Snapshot(head.stdout.strip(), None, 0)
     message = "orchestrator: the workstation's uncommitted changes (sent with --with-changes)"
@@ -74,7 +76,7 @@ def push_argv(repo: Path, ssh_command: list[str], host: str, folder: str, snap: 
     if snap.changes:
         refspecs.append(f"+{snap.changes}:{CHANGES_REF}")
     # scp-like host:path (an alias works; no slash before the colon); the path is absolute (session.folder).
-    return ["git", "-C", str(repo), "-c", f"core.sshCommand={shlex.join(ssh_command)}", "push", "--quiet", f"{host}:{folder}", *refspecs]
+    return git_argv(repo, "-c", f"core.sshCommand={shlex.join(ssh_command)}", "push", "--quiet", f"{host}:{folder}", *refspecs)
 
 
 def sync(
@@ -113,9 +115,9 @@ def checkout_argv(snap: Snapshot) -> list[str]:
     return ["orchestrator", "remote", "checkout", *([f"--changes={snap.changes}"] if snap.changes else []), "--", snap.head]
 
 
-def _git(repo: Path, runner: Runner):
-    def git(*args: str, check: bool = True) -> Completed:
-        done = runner.run(["git", "-C", str(repo), *args], timeout=600)
+def _git(repository: Git):
+    def git(*args: str, check: bool = True, env: Mapping[str, str] | None = None) -> Completed:
+        done = repository.run(*args, env=env)
         return _check(done) if check else done
 
     return git
