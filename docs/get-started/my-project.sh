@@ -4,20 +4,21 @@ cat > train.py <<'PY'
 import json, os, sys
 
 lr = float(sys.argv[1])
+seed = int(sys.argv[2])
 os.makedirs(f"out/{lr}", exist_ok=True)
 with open(f"out/{lr}/metrics.json", "w") as f:
-    json.dump({"lr": lr, "score": 1 - lr}, f)
-print(f"lr {lr}: score {1 - lr:.2f}")
+    json.dump({"lr": lr, "seed": seed, "score": round(1 - lr + seed / 100, 3)}, f)
+print(f"lr {lr}, seed {seed}: done")
 PY
-printf 'train:\n  lrs: [0.1, 0.2]\n' > params.yaml
+printf 'train:\n  lrs: [0.1, 0.2]\n  seed: 0\n' > params.yaml
 cat > dvc.yaml <<'YAML'
 stages:
   train:
     matrix:
       lr: ${train.lrs}
-    cmd: orchestrator run -- python3 train.py ${item.lr}
+    cmd: orchestrator run -- python3 train.py ${item.lr} ${train.seed}
     deps: [train.py]
-    params: [orchestrator.cluster]
+    params: [orchestrator.cluster, train.seed]
     metrics:
       - out/${item.lr}/metrics.json:
           cache: false
