@@ -279,7 +279,7 @@ def _dataclass_inner(hint: Any) -> tuple[type | None, str]:
 
 
 def _key_tables(root: type, supplement: dict[str, str], heading: str, prefix: str = "") -> str:
-    """One table per dataclass under ``root``, each key with type, default and description."""
+    """One table per dataclass under ``root`` (depth first), each key with type, default and description."""
     sections: list[tuple[str, type]] = [(prefix, root)]
     out: list[str] = []
     described: set[str] = set()
@@ -288,7 +288,7 @@ def _key_tables(root: type, supplement: dict[str, str], heading: str, prefix: st
         path, cls = sections.pop(0)
         hints = typing.get_type_hints(cls)
         comments = _field_comments(cls)
-        rows = []
+        rows, nested = [], []
         for f in dataclasses.fields(cls):
             key = f"{path}.{f.name}" if path else f.name
             inner, step = _dataclass_inner(hints[f.name])
@@ -298,13 +298,14 @@ def _key_tables(root: type, supplement: dict[str, str], heading: str, prefix: st
             if not text:
                 missing.append(key)
             if inner is not None:
-                sections.append((key + step, inner))
+                nested.append((key + step, inner))
             rows.append(f"| `{f.name}` | {_cell(_type_words(hints[f.name]))} | {_cell(_default(f))} | {_cell(text)} |")
         if path:
             doc = inspect.getdoc(cls) or ""
             intro = supplement.get(path.removesuffix(".NAME")) if not doc or doc.startswith(cls.__name__ + "(") else doc.split("\n\n")[0]
             out.append(f"{heading} `{path}`\n\n{_cell(' '.join((intro or '').split()))}\n")
         out.append("| key | type | default | what it is |\n| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n")
+        sections = nested + sections  # a section's own sections right after it
     stale = sorted(k for k in supplement if k not in described and not _is_section(k, supplement, root, prefix))
     if missing or stale:
         raise PluginError(
