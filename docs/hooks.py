@@ -293,6 +293,7 @@ def _key_tables(root: type, supplement: dict[str, str], heading: str, prefix: st
             key = f"{path}.{f.name}" if path else f.name
             inner, step = _dataclass_inner(hints[f.name])
             text = supplement.get(key) or comments.get(f.name) or ""
+            text = text[:1].upper() + text[1:]
             if key in supplement:
                 described.add(key)
             if not text:
