@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from experiments.classify import data, models
 from experiments.classify.module import TextClassifier
@@ -62,7 +62,7 @@ class _Repeated(Dataset):
     Whole repeats keep every item equally likely under shuffling.
     """
 
-    def __init__(self, dataset: Dataset, samples: int):
+    def __init__(self, dataset: TensorDataset, samples: int):
         self.dataset = dataset
         self.repeats = -(-samples // len(dataset))
 

@@ -75,7 +75,8 @@ def chunk_classification(texts: Mapping[str, bytes], seq_len: int) -> Classifica
     if per_class <= num_val:
         raise ValueError(f"a text has {per_class} chunk(s) of {seq_len} bytes: too few to split into train and validation")
     generator = torch.Generator().manual_seed(SPLIT_SEED)
-    train, val = ([], []), ([], [])
+    train: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])  # rows, labels
+    val: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
     for index, label in enumerate(texts):
         order = torch.randperm(len(chunks[label]), generator=generator)[:per_class]
         picked = chunks[label][order]

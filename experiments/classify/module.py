@@ -36,4 +36,4 @@ class TextClassifier(pl.LightningModule):
         self.log("val_accuracy", (logits.argmax(dim=-1) == labels).float().mean(), batch_size=len(labels), sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return speed.adamw(self.parameters(), lr=self.hparams.lr)
+        return speed.adamw(self.parameters(), lr=self.hparams["lr"])

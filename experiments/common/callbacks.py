@@ -59,8 +59,11 @@ def log_step(module: pl.LightningModule, **values: torch.Tensor) -> None:
     """
     trainer = module.trainer
     step = trainer.global_step
-    if module.logger is not None and ((step + 1) % trainer.log_every_n_steps == 0 or step + 1 == trainer.max_steps):
-        module.logger.log_metrics({name: value.detach() for name, value in values.items()}, step=step)
+    # log_every_n_steps: the Trainer's logger connector sets it in __init__, out of the type's sight.
+    every = trainer.log_every_n_steps  # type: ignore[attr-defined]
+    if module.logger is not None and ((step + 1) % every == 0 or step + 1 == trainer.max_steps):
+        # Lightning's Logger types the values float; its loggers take tensors (PlotsLogger reads them late, on purpose).
+        module.logger.log_metrics({name: value.detach() for name, value in values.items()}, step=step)  # type: ignore[misc]
 
 
 class RankReport(pl.Callback):

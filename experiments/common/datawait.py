@@ -27,7 +27,8 @@ class TimedLoader(DataLoader):
         self.fetch_s = 0.0
         self.fetched_at: float | None = None
 
-    def __iter__(self) -> Iterator[Any]:
+    # torch types DataLoader.__iter__ as its private _BaseDataLoaderIter; this iterator yields the same batches.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return _Timed(super().__iter__(), self)
 
 

@@ -27,6 +27,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from dvclive.lightning import DVCLiveLogger
 from dvclive.plots import Metric
@@ -42,7 +43,7 @@ class PlotsLogger(DVCLiveLogger):
         # the one nor save the other.
         super().__init__(dir=str(directory), dvcyaml=False, save_dvc_exp=False, resume=resume)
         self.flush_every_s = flush_every_s
-        self._pending: list[tuple[int, dict[str, object]]] = []
+        self._pending: list[tuple[int, dict[str, Any]]] = []  # numbers, or tensors and the like (an item())
         self._flushed_at = time.monotonic()
         self._truncated = False  # stored curves are cut back to the first new point, once
 

@@ -201,6 +201,8 @@ def breakdown(events: Iterable[Event]) -> Breakdown:
 
 
 def _events(prof: torch.profiler.profile) -> list[Event]:
+    # A profile whose window has closed (on_trace_ready): its profiler and kineto results are there.
+    assert prof.profiler is not None and prof.profiler.kineto_results is not None
     return [Event(e.name(), activity_kind(e), e.start_ns() / 1000, e.end_ns() / 1000) for e in prof.profiler.kineto_results.events()]
 
 
@@ -288,6 +290,7 @@ class ProfileWindow(pl.Callback):
             self._profiler = None
 
     def _ready(self, prof: torch.profiler.profile) -> None:
+        assert self._trainer is not None  # set when the profiler starts (on_train_start)
         rank = self._trainer.global_rank
         if self.trace:
             self.folder.mkdir(parents=True, exist_ok=True)

@@ -117,7 +117,8 @@ class Run:
             per_second = self.timer.timed_steps * args.batch_size * self.world_size * units_per_item / self.timer.elapsed_s
             job_peak = peak.job_peak(args.accelerator, self.world_size, cpus)
             shared = {
-                "train_loss": module.last_train_loss.item(),  # the last step's, on rank 0
+                # The last step's, on rank 0; a LightningModule's own attributes are typed Tensor | Module (torch's __getattr__).
+                "train_loss": module.last_train_loss.item(),  # type: ignore[operator]
                 "val_loss": logged["val_loss"].item(),
                 **metrics.throughput(unit, per_second, flops_per_unit, self.world_size, job_peak),
                 "mean_step_time_s": self.timer.mean_step_time_s,
@@ -154,7 +155,8 @@ def build_trainer(
         devices=args.devices,
         num_nodes=args.num_nodes,
         strategy=strategy,
-        precision=speed.trainer_precision(args.precision),
+        # One of --precision's choices, Lightning's names; Lightning's Literal of them is private (_PRECISION_INPUT).
+        precision=speed.trainer_precision(args.precision),  # type: ignore[arg-type]
         max_steps=args.max_steps,
         deterministic=args.accelerator == "cpu",  # on GPUs, deterministic kernels would cost the speed being measured
         default_root_dir=args.output,  # whatever Lightning writes by itself stays in the output

@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -116,7 +116,7 @@ def _prefers_cudnn_attention() -> bool:
     return torch.cuda.get_device_capability(0) >= (9, 0) and torch.backends.cudnn.is_available()
 
 
-def _fused_supported(params: list[torch.Tensor]) -> bool:
+def _fused_supported(params: Sequence[torch.Tensor]) -> bool:
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     supported = set(_get_fused_kernels_supported_devices())
@@ -181,6 +181,8 @@ def float8_in_place(net: torch.nn.Module) -> int:
     from torchao.float8 import convert_to_float8_training
 
     def fits(module: torch.nn.Module, name: str) -> bool:
+        # torchao passes every Linear here (the filter sees only Linears).
+        assert isinstance(module, torch.nn.Linear)
         return module.in_features % 16 == 0 and module.out_features % 16 == 0
 
     convert_to_float8_training(net, module_filter_fn=fits)

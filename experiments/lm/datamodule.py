@@ -22,10 +22,12 @@ class LMDataModule(pl.LightningDataModule):
         self.batch_size = batch_size  # per device
         self.seed = seed
         self.num_workers = num_workers
-        self.val = evenly_spaced(data.val, val_rows)
+        # TokenRows is a map-style Dataset by its methods, not by torch's class (shards.py imports no torch).
+        self.val = evenly_spaced(data.val, val_rows)  # type: ignore[arg-type]
 
     def train_dataloader(self) -> StepLoader:
         trainer = self.trainer
+        assert trainer is not None  # Lightning asks for loaders once the module is attached
         sampler = StepBatchSampler(
             num_items=len(self.data.train),
             batch_size=self.batch_size,
@@ -40,8 +42,9 @@ class LMDataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         trainer = self.trainer
+        assert trainer is not None
         # Each rank a share; where the rows do not divide, a few repeat so every rank runs as many batches.
-        shard = DistributedSampler(self.val, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
+        shard: DistributedSampler = DistributedSampler(self.val, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False)
         return DataLoader(self.val, self.batch_size, sampler=shard, num_workers=self.num_workers)
 
 

@@ -19,6 +19,7 @@ fewer than h tokens before them, are always kept.
 from __future__ import annotations
 
 import functools
+from typing import TypeGuard
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,7 @@ COEFFICIENT_SEED = 0
 IGNORE = -100  # F.cross_entropy's ignore_index
 
 
-def enabled(k: int | None) -> bool:
+def enabled(k: int | None) -> TypeGuard[int]:
     return bool(k)
 
 

@@ -112,7 +112,9 @@ class GPT(nn.Module):
             if isinstance(module, nn.Linear):
                 nn.init.zeros_(module.bias)
         for block in self.blocks:
+            assert isinstance(block, Block)  # a ModuleList's items are typed Module
             for residual in (block.attn.out, block.mlp[2]):
+                assert isinstance(residual, nn.Linear)
                 nn.init.normal_(residual.weight, std=0.02 / math.sqrt(2 * self.config.n_layers))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

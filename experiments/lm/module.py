@@ -29,7 +29,7 @@ class CausalLM(pl.LightningModule):
         # With goldfish, a mean over this rank's kept tokens; DDP then averages the
         # ranks, so 1 x 4 and 2 x 2 agree but 1 x 1 of the same global batch differs
         # slightly (its mean is over all kept tokens at once).
-        loss = goldfish.loss(self(inputs), targets, self.hparams.goldfish_k, self.hparams.goldfish_h)
+        loss = goldfish.loss(self(inputs), targets, self.hparams["goldfish_k"], self.hparams["goldfish_h"])
         # This rank's loss only: a per-step all-reduce would sit inside the timed steps.
         self.last_train_loss = loss.detach()
         log_step(self, train_loss=loss)
@@ -45,4 +45,4 @@ class CausalLM(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         # GPT's betas: a shorter second-moment memory than Adam's default 0.999 is steadier on language data.
-        return speed.adamw(self.parameters(), lr=self.hparams.lr, betas=(0.9, 0.95))
+        return speed.adamw(self.parameters(), lr=self.hparams["lr"], betas=(0.9, 0.95))

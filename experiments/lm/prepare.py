@@ -176,9 +176,9 @@ def _run(args: argparse.Namespace) -> tuple[dict, float]:
         return {"tokenizer": meta.name, "vocab_size": meta.vocab_size, "sample_documents": meta.sample_documents}, meta.sample_bytes
     if args.command == "shard":
         _own_cores()
-        meta, kept = shards.write(source, args.tokenizer, args.index, args.of, args.out, args.dtype)
-        summary = {"shard": meta.index, "of": meta.of, "kept": kept, "dtype": meta.dtype}
-        summary |= {f"{split}_tokens": meta.splits[split].tokens for split in sources.SPLITS}
+        shard, kept = shards.write(source, args.tokenizer, args.index, args.of, args.out, args.dtype)
+        summary = {"shard": shard.index, "of": shard.of, "kept": kept, "dtype": shard.dtype}
+        summary |= {f"{split}_tokens": shard.splits[split].tokens for split in sources.SPLITS}
         lo, hi = source.parts(args.of)[args.index]
         return summary, 0 if kept else (hi - lo) * source.size_bytes / max(1, source.units)
     corpus = prepare_all(args.data, args.out, args.shards, args.workers, args.tokenizer, args.vocab_size, args.sample_bytes, args.dtype)

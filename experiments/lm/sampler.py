@@ -57,7 +57,7 @@ class StepBatchSampler(Sampler[list[int]]):
                 for later in range(step + 1 if step == self.start_step else step + LOOKAHEAD, min(step + LOOKAHEAD + 1, self.steps)):
                     told[later] = self.batch(later)
                     self.ahead(told[later])
-            yield told.pop(step, None) or self.batch(step)
+            yield told.pop(step) if step in told else self.batch(step)
 
     def batch(self, step: int) -> list[int]:
         first = (step * self.world_size + self.rank) * self.batch_size
@@ -88,6 +88,8 @@ class StepLoader(TimedLoader):
     step, which Lightning restores). Loading a checkpoint made with another seed,
     global batch or dataset raises, rather than silently training on another order.
     """
+
+    batch_sampler: StepBatchSampler  # what __init__ gives DataLoader (it types the attribute as any sampler)
 
     def __init__(self, dataset: Any, batch_sampler: StepBatchSampler, **kwargs: Any):
         super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)

@@ -170,12 +170,13 @@ class _SplitWriter:
         self.bin, self.idx = base.with_name(base.name + ".bin"), base.with_name(base.name + ".idx.npy")
         self.tmp_bin, self.tmp_idx = (_partial(p) for p in (self.bin, self.idx))
         self.dtype, self.file = dtype, open(self.tmp_bin, "wb")
-        self.sha, self.tokens, self.ends = hashlib.sha256(), 0, []
+        self.sha, self.tokens = hashlib.sha256(), 0
+        self.ends: list[np.ndarray] = []
 
     def add(self, documents: list[np.ndarray]) -> None:
         data = np.concatenate(documents)
-        self.file.write(memoryview(data))
-        self.sha.update(memoryview(data))
+        self.file.write(data.data)  # its bytes, uncopied
+        self.sha.update(data.data)
         self.ends.append(self.tokens + np.cumsum([len(d) for d in documents], dtype=np.int64))
         self.tokens += len(data)
 

@@ -27,7 +27,7 @@ import hashlib
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -254,7 +254,7 @@ class _Parquet(_File):
             group_start += count
 
 
-_READERS = {".txt": _Txt, ".jsonl": _Jsonl, ".parquet": _Parquet}
+_READERS: dict[str, Callable[[Path], _File]] = {".txt": _Txt, ".jsonl": _Jsonl, ".parquet": _Parquet}
 
 
 def _seek_line(f: BinaryIO, lo: int) -> int:
