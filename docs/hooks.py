@@ -281,7 +281,8 @@ def _dataclass_inner(hint: Any) -> tuple[type | None, str]:
 def _key_tables(root: type, supplement: dict[str, str], heading: str, prefix: str = "") -> str:
     """One table per dataclass under ``root`` (depth first), each key with type, default and description."""
     sections: list[tuple[str, type]] = [(prefix, root)]
-    out: list[str] = []
+    source = Path(inspect.getsourcefile(root) or "").resolve().relative_to(ROOT)
+    out: list[str] = [f"Generated from `{source.as_posix()}`.\n"]
     described: set[str] = set()
     missing: list[str] = []
     while sections:
