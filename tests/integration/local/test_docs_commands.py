@@ -10,6 +10,8 @@ import pytest
 from doc_blocks import page_id, pages_needing, run_page
 from support import ROOT, require
 
+pytestmark = pytest.mark.slow  # a page is a few commands of a few seconds each
+
 PAGES = pages_needing("local")
 # What a page takes as given that no block of it makes: Install's wheel is built in a clone of the tool.
 CLONE_FOR = {"get-started/install.md"}

@@ -8,6 +8,8 @@ import pytest
 from doc_blocks import page_id, pages_needing, run_page
 from support import require
 
+pytestmark = pytest.mark.slow  # a page is a few commands of a few seconds each
+
 PAGES = pages_needing("testbed")
 
 
