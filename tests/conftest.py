@@ -87,10 +87,10 @@ def slurm_testbed():
     system daemons), except under CI=true, where that is a failure.
     """
     from orchestrator.testbed.cluster import Testbed
-    from orchestrator.testbed.settings import Settings
+    from orchestrator.testbed.settings import LocalSlurmSettings
 
     require_root_and_apt("the Slurm testbed")
-    settings = Settings.for_this_machine()
+    settings = LocalSlurmSettings.for_this_machine()
     Testbed(settings, timeout=180).up()
     if os.environ.get("CI") == "true":
         _cancel_leftover_jobs()

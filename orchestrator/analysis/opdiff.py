@@ -42,7 +42,7 @@ class RunProfile:
 
 
 @dataclass(frozen=True)
-class Row:
+class OpDiffRow:
     operator: str
     baseline_calls: float
     exp_calls: float
@@ -58,7 +58,7 @@ class Row:
 class Comparison:
     baseline: RunProfile
     exp: RunProfile
-    rows: list[Row]  # the top ones, largest host-time change first
+    rows: list[OpDiffRow]  # the top ones, largest host-time change first
     operators: int  # how many operators either run called
 
     def to_json(self) -> dict:
@@ -101,7 +101,7 @@ def compare(baseline: RunProfile, exp: RunProfile, top: int) -> Comparison:
     for name in baseline.operators.keys() | exp.operators.keys():
         b, e = baseline.operators.get(name, zero), exp.operators.get(name, zero)
         rows.append(
-            Row(
+            OpDiffRow(
                 name,
                 b.calls,
                 e.calls,
@@ -142,7 +142,7 @@ def render_text(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
-def _cells(r: Row) -> tuple[str, ...]:
+def _cells(r: OpDiffRow) -> tuple[str, ...]:
     calls = (_num(r.baseline_calls), _num(r.exp_calls), _num(r.delta_calls, sign=True), _percent(r.delta_calls_pct))
     host = (_num(r.baseline_host_us), _num(r.exp_host_us), _num(r.delta_host_us, sign=True), _percent(r.delta_host_pct))
     return (r.operator, *calls, *host)

@@ -24,7 +24,7 @@ from orchestrator.analysis.billing import cost as billing_cost
 from orchestrator.analysis.energy import Emissions, Energy
 from orchestrator.analysis.mfu import mfu, number
 from orchestrator.analysis.runs import Run
-from orchestrator.analysis.scaling import Mode, Point, Scaled, baseline_index, scale, scaling_mode, throughput_of
+from orchestrator.analysis.scaling import Mode, Scaled, ScalingPoint, baseline_index, scale, scaling_mode, throughput_of
 from orchestrator.config import profile
 
 
@@ -47,7 +47,7 @@ class Overrides:
 
 
 @dataclass(frozen=True)
-class Row:
+class ReportRow:
     run: Run
     profile: str
     device: str
@@ -98,7 +98,7 @@ class Series:
     unit: str | None  # throughput unit, "tokens/s" or "samples/s"
     mode: Mode
     baseline: str | None  # config of the baseline run
-    rows: tuple[Row, ...]
+    rows: tuple[ReportRow, ...]
     notes: tuple[str, ...] = ()
     source: str | None = None  # the revision its runs were read from; None: the workspace alone
 
@@ -115,11 +115,11 @@ class Report:
     to: float | None = None  # the tokens or samples the comparison's time column counts to (None: 1e9 tokens, 1e6 samples)
 
     @property
-    def rows(self) -> list[Row]:
+    def rows(self) -> list[ReportRow]:
         return [r for s in self.series for r in s.rows]
 
     @property
-    def missing(self) -> list[Row]:
+    def missing(self) -> list[ReportRow]:
         return [r for r in self.rows if r.run.missing]
 
     @property
@@ -212,10 +212,10 @@ def _gpus(run: Run) -> int | None:
     return e.nodes * e.gpus_per_node if e.nodes and e.gpus_per_node else None
 
 
-def _point(run: Run) -> Point:
+def _point(run: Run) -> ScalingPoint:
     m = run.metrics or {}
     throughput = throughput_of(m)[0] if run.metrics is not None else None
-    return Point(_gpus(run) or 0, throughput, number(m.get("batch_size")), number(m.get("global_batch_size")))
+    return ScalingPoint(_gpus(run) or 0, throughput, number(m.get("batch_size")), number(m.get("global_batch_size")))
 
 
 def _device(m: Mapping[str, Any] | None, gpu: profile.Gpu | None) -> str:
@@ -231,14 +231,16 @@ def _device(m: Mapping[str, Any] | None, gpu: profile.Gpu | None) -> str:
     return "GPU" if m is not None and m.get("accelerator") == "gpu" else "CPU"
 
 
-def _row(run: Run, point: Point, scaled: Scaled, prof: profile.Profile, accounting: energy.Accounting | None, overrides: Overrides) -> Row:
+def _row(
+    run: Run, point: ScalingPoint, scaled: Scaled, prof: profile.Profile, accounting: energy.Accounting | None, overrides: Overrides
+) -> ReportRow:
     m = run.metrics
     gpu = prof.node.gpu
     device = _device(m, gpu)
     if m is None:
         nothing = energy.Energy(None, None, None, ("missing run",))
         em = energy.Emissions(None, None, None, "missing run")
-        return Row(run, prof.name, device, _gpus(run), None, scaled, None, {}, None, "missing run", nothing, em)
+        return ReportRow(run, prof.name, device, _gpus(run), None, scaled, None, {}, None, "missing run", nothing, em)
     breakdown = {k: v for k, raw in sorted(m.items()) if k.startswith("profile_") and (v := number(raw)) is not None}
     breakdown |= _profiled_seconds(m.get("profile"))
     value, note = mfu(m, gpu.peak_tflops_bf16 if gpu and device != "CPU" else None, prof.name)
@@ -246,7 +248,7 @@ def _row(run: Run, point: Point, scaled: Scaled, prof: profile.Profile, accounti
     en = _energy(run, prof, device, applies, elapsed, extra)
     em = energy.emissions(en, *_site(prof, overrides))
     cost, cost_note = _cost(run, prof, elapsed, extra)
-    return Row(
+    return ReportRow(
         run, prof.name, device, _gpus(run), point.throughput, scaled, number(m.get("mean_step_time_s")), breakdown, value, note, en, em,
         cost, prof.site.billing.unit if prof.site.billing else None, cost_note,
     )  # fmt: skip

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from orchestrator.analysis.figures import Figure, figures, slug
-from orchestrator.analysis.report import Report, Row, Series, metrics_of, workload_notes
+from orchestrator.analysis.report import Report, ReportRow, Series, metrics_of, workload_notes
 from orchestrator.util import files
 
 DASH = "—"
@@ -84,7 +84,7 @@ def _scaling_rows(s: Series) -> list[dict]:
     ]
 
 
-def _energy_row(s: Series, r: Row) -> dict:
+def _energy_row(s: Series, r: ReportRow) -> dict:
     return {
         "item": r.item,
         **({"revision": s.source} if s.source else {}),
@@ -104,15 +104,15 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return DASH if value is None else f"{value:{spec}}{suffix}"
 
 
-def _software(r: Row) -> str:
+def _software(r: ReportRow) -> str:
     torch, lightning = r.metric("torch_version"), r.metric("lightning_version")
     parts = [f"torch {torch}" if torch else None, f"Lightning {lightning}" if lightning else None]
     return ", ".join(p for p in parts if p) or DASH
 
 
-def _extra_columns(s: Series) -> list[tuple[str, Callable[[Row], str]]]:
+def _extra_columns(s: Series) -> list[tuple[str, Callable[[ReportRow], str]]]:
     """Columns only some experiments have (the LM's data wait and peak memory)."""
-    cols: list[tuple[str, Callable[[Row], str]]] = []
+    cols: list[tuple[str, Callable[[ReportRow], str]]] = []
     units = sorted({r.cost_unit for r in s.rows if r.cost_unit})
     if units:
         both = len(units) > 1  # a series over revisions billed differently names each value's unit
@@ -190,7 +190,7 @@ def comparison(group: list[Series], to: float | None) -> tuple[list[str], list[l
     return header, [cells for *_, cells in sorted(rows, key=lambda t: t[:3])]
 
 
-def _mfu_cell(r: Row) -> str:
+def _mfu_cell(r: ReportRow) -> str:
     """MFU, or why there is none (a cluster without a peak figure, a run without FLOPs)."""
     if r.run.missing:
         return DASH

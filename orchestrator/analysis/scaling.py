@@ -43,7 +43,7 @@ def throughput_of(metrics: Mapping[str, Any]) -> tuple[float | None, str | None]
 
 
 @dataclass(frozen=True)
-class Point:
+class ScalingPoint:
     """One configuration as the scaling arithmetic sees it."""
 
     gpus: int
@@ -59,13 +59,13 @@ class Scaled:
     efficiency: float | None
 
 
-def baseline_index(points: Sequence[Point]) -> int | None:
+def baseline_index(points: Sequence[ScalingPoint]) -> int | None:
     """The point with the fewest GPUs that has a throughput (the first of equals)."""
     present = [i for i, p in enumerate(points) if p.throughput is not None and p.gpus >= 1]
     return min(present, key=lambda i: points[i].gpus) if present else None
 
 
-def scale(points: Sequence[Point]) -> list[Scaled]:
+def scale(points: Sequence[ScalingPoint]) -> list[Scaled]:
     """Speedup, ideal speedup and efficiency of each point against the baseline; None where missing."""
     b = baseline_index(points)
     if b is None:
@@ -82,7 +82,7 @@ def scale(points: Sequence[Point]) -> list[Scaled]:
     return out
 
 
-def scaling_mode(points: Sequence[Point]) -> Mode:
+def scaling_mode(points: Sequence[ScalingPoint]) -> Mode:
     """Weak, strong or mixed scaling, read from the batch sizes of the points with a throughput."""
     present = [p for p in points if p.throughput is not None and p.gpus >= 1]
     if len({p.gpus for p in present}) < 2:

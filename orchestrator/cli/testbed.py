@@ -13,7 +13,7 @@ import click
 
 from orchestrator.cli.options import FiniteFloat
 from orchestrator.testbed.cluster import Testbed
-from orchestrator.testbed.settings import Settings
+from orchestrator.testbed.settings import LocalSlurmSettings
 
 
 def _say(message: str) -> None:
@@ -36,7 +36,7 @@ def testbed() -> None:
 def up(timeout: float) -> None:
     """Install, configure and start what is missing; quick when already up."""
     start = time.monotonic()
-    s = Settings.for_this_machine()
+    s = LocalSlurmSettings.for_this_machine()
     Testbed(s, say=_say, timeout=timeout).up()
     click.echo(
         f"testbed up in {time.monotonic() - start:.1f} s: cluster {s.cluster_name}, partition {s.partition} "
@@ -48,7 +48,7 @@ def up(timeout: float) -> None:
 @click.option("--all", "everything", is_flag=True, help="Also stop MariaDB and munge (left running by default).")
 def down(everything: bool) -> None:
     """Stop the Slurm daemons (slurmd x2, slurmctld, slurmdbd)."""
-    Testbed(Settings.for_this_machine(), say=_say).down(everything)
+    Testbed(LocalSlurmSettings.for_this_machine(), say=_say).down(everything)
     click.echo("testbed down" + ("" if everything else " (munge and MariaDB left running)"))
 
 
@@ -56,7 +56,7 @@ def down(everything: bool) -> None:
 @click.pass_context
 def status(ctx: click.Context) -> None:
     """One line per component; exit 0 if all are up, else 1."""
-    rows = Testbed(Settings.for_this_machine()).status()
+    rows = Testbed(LocalSlurmSettings.for_this_machine()).status()
     for name, ok, detail in rows:
         click.echo(f"{name:<10} {'up' if ok else 'down':<5} {detail}")
     ctx.exit(0 if all(ok for _, ok, _ in rows) else 1)

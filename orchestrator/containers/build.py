@@ -154,7 +154,7 @@ def _digest(inputs: Sequence[Input], cache: Mapping[str, Sequence] | None, memo:
 
 
 @dataclass(frozen=True)
-class Result:
+class BuildResult:
     name: str
     image: Path
     built: bool  # False: was up to date
@@ -207,7 +207,7 @@ def build(
     say: Callable[[str], None] = lambda line: None,
     display: progress.Display | None = None,
     builder: str = "fakeroot",
-) -> Result:
+) -> BuildResult:
     """Build image NAME unless its stamp says it is up to date (see the module doc), with
     ``builder``'s flags (:func:`builder_flags`)."""
     start = time.monotonic()
@@ -221,7 +221,7 @@ def build(
     reason = "--force" if force else fresh.reason
     if reason is None:
         write_digest(digest_file, fresh.content_hash, say)
-        return Result(image.name, out, False, fresh.content_hash, fresh.stamp["digest"], digest_file, time.monotonic() - start)
+        return BuildResult(image.name, out, False, fresh.content_hash, fresh.stamp["digest"], digest_file, time.monotonic() - start)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with _lock(out):
@@ -266,7 +266,7 @@ def build(
         files.atomic_write(stamp_path(out), json.dumps(stamp, indent=1, sort_keys=True) + "\n")
         files.remember_sha256(out, sif_digest.removeprefix("sha256:"))  # a push or a job's provenance need not hash it again
         write_digest(digest_file, chash, say)
-    return Result(image.name, out, True, chash, sif_digest, digest_file, time.monotonic() - start, reason)
+    return BuildResult(image.name, out, True, chash, sif_digest, digest_file, time.monotonic() - start, reason)
 
 
 OLD_DIGEST_PREFIX = "sha256:"  # the digest file's form before it held the content hash: the SIF's sha256

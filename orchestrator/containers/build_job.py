@@ -36,7 +36,7 @@ SACCT_WAIT_S = 60.0  # slurmdbd may record a job that just ended a while later
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BuildJobOutcome:
     image: str
     target: Path
     job_id: str | None  # None: up to date, nothing submitted
@@ -46,7 +46,7 @@ class Outcome:
 
 
 @dataclass
-class Clock:
+class BuildPollClock:
     """Polling: how long to sleep between looks at the job (grows to ``max_s``)."""
 
     sleep: Callable[[float], None] = time.sleep
@@ -65,16 +65,16 @@ def build_in_job(
     force: bool = False,
     say: Callable[[str], None] = lambda line: None,
     out: Callable[[str], None] = lambda text: None,
-    clock: Clock | None = None,
-) -> Outcome:
+    clock: BuildPollClock | None = None,
+) -> BuildJobOutcome:
     """Build ``image`` into ``job.target`` in a Slurm job unless it is up to date there (see the module doc)."""
-    clock = clock or Clock()
+    clock = clock or BuildPollClock()
     target = Path(job.target)
     prepared = prepare(project, image)
     fresh = freshness(prepared, target)
     if fresh.reason is None and not force:
         write_digest(digest_file, fresh.content_hash, say)
-        return Outcome(image.name, target, None, False, fresh.content_hash, digest_file)
+        return BuildJobOutcome(image.name, target, None, False, fresh.content_hash, digest_file)
     workspace = Path(job.workspace)
     reason = "--force" if force else fresh.reason
     for attempt in range(2):  # a followed job may have built other inputs: then one of our own
@@ -96,7 +96,7 @@ def build_in_job(
         fresh = freshness(prepared, target)
         if fresh.reason is None:
             write_digest(digest_file, fresh.content_hash, say)
-            return Outcome(image.name, target, job_id, followed, fresh.content_hash, digest_file)
+            return BuildJobOutcome(image.name, target, job_id, followed, fresh.content_hash, digest_file)
         if not followed or attempt:
             raise BuildError(
                 f"build job {job_id} ({job.job_name}) completed, but the image at {target} is not up to date: {fresh.reason}",
@@ -148,14 +148,14 @@ def sbatch(script_path: Path, workspace: Path, runner: Runner) -> str:
         raise ContainerError(str(exc)) from exc
 
 
-def query(job_id: str, runner: Runner, final_wait: float = SACCT_WAIT_S, clock: Clock | None = None) -> JobInfo | None:
+def query(job_id: str, runner: Runner, final_wait: float = SACCT_WAIT_S, clock: BuildPollClock | None = None) -> JobInfo | None:
     """The job as squeue knows it while Slurm holds it, else as sacct does (waiting up to ``final_wait``
     for slurmdbd to record it); None: neither knows it."""
     done = runner.run(commands.squeue_argv([job_id]), timeout=60)
     info = commands.parse_squeue(done.stdout).get(job_id) if done.returncode == 0 else None
     if info is not None:
         return info
-    clock = clock or Clock()
+    clock = clock or BuildPollClock()
     deadline = clock.now() + final_wait
     while True:
         done = runner.run(commands.sacct_argv([job_id]), timeout=60)
@@ -165,7 +165,7 @@ def query(job_id: str, runner: Runner, final_wait: float = SACCT_WAIT_S, clock: 
         clock.sleep(2.0)
 
 
-def follow(job_id: str, output: Path, runner: Runner, out: Callable[[str], None], clock: Clock) -> JobInfo | None:
+def follow(job_id: str, output: Path, runner: Runner, out: Callable[[str], None], clock: BuildPollClock) -> JobInfo | None:
     """Stream the job's output file to ``out`` as it grows, until the job ends; how it ended."""
     offset, wait = 0, clock.first_s
     while True:

@@ -19,7 +19,7 @@ from orchestrator.analysis import energy
 from orchestrator.config import params, profile
 from orchestrator.errors import ConfigError, JobFailed, PipelineError, PlanError
 from orchestrator.jobs import backends, experiment, faults, ledger, provenance, together
-from orchestrator.jobs.submission import Outcome, Submission, attach_or_submit, bring_outputs
+from orchestrator.jobs.submission import Submission, SubmitOutcome, attach_or_submit, bring_outputs
 from orchestrator.pipeline import fingerprint, invocation, stages
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
@@ -117,7 +117,7 @@ def run_item(
     clock: Clock | None = None,
     polling: Polling | None = None,
     say: Callable[[str], None] | None = None,
-) -> Outcome:
+) -> SubmitOutcome:
     clock = clock or Clock()
     polling = polling or Polling()
     force = invocation.forced()  # read before anything is written: a bad ORCH_FORCE stops here
@@ -224,7 +224,7 @@ class _RequeuedOffFailedNodes:
         self.say(f"{self.item}: job {info.job_id} lost a node ({', '.join(failed)}); Slurm requeued it" + kept_off)
 
 
-def _announce(outcome: Outcome, item: str, cluster: str, plan: Plan, say) -> None:
+def _announce(outcome: SubmitOutcome, item: str, cluster: str, plan: Plan, say) -> None:
     rec = outcome.record
     state = (outcome.info.state if outcome.info else rec.state).value  # as Slurm says now, not as the ledger last saw it
     if rec.adopted and outcome.attached:

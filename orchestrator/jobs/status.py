@@ -21,7 +21,7 @@ from orchestrator.util.runner import Runner
 
 
 @dataclass(frozen=True)
-class Row:
+class StatusRow:
     item: str
     state: State
     job_id: str
@@ -52,9 +52,9 @@ class ArraySummary:
         return ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items(), key=lambda kv: -kv[1]))
 
 
-def summaries(rows: Sequence[Row]) -> list[ArraySummary]:
+def summaries(rows: Sequence[StatusRow]) -> list[ArraySummary]:
     """One summary per job array whose tasks are among ``rows`` (an item's newest job is a task)."""
-    by_array: dict[str, list[Row]] = {}
+    by_array: dict[str, list[StatusRow]] = {}
     for row in rows:
         if "_" in row.job_id:
             by_array.setdefault(commands.array_of(row.job_id), []).append(row)
@@ -95,13 +95,13 @@ def _matches(item: str, targets: Sequence[str]) -> bool:
     return not targets or any(t in (item, item.split("@", 1)[0]) or fnmatch.fnmatchcase(item, t) for t in targets)
 
 
-def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[Row]:
+def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[StatusRow]:
     """Current state of the items' newest jobs: one sacct call for all Slurm jobs."""
     histories = _histories(root, targets)
     return _rows(root, "", histories, _query(root, runner, [histories]))
 
 
-def refresh_all(workspaces: Sequence[tuple[Path, str]], runner: Runner) -> list[Row]:
+def refresh_all(workspaces: Sequence[tuple[Path, str]], runner: Runner) -> list[StatusRow]:
     """:func:`refresh` of several workspaces (a sweep's copies), one sacct call for all;
     each workspace's rows have its label before their item names."""
     histories = [_histories(root, ()) for root, _ in workspaces]
@@ -120,12 +120,12 @@ def _query(root: Path, runner: Runner, histories: Sequence[dict[str, ledger.Item
         return {}  # show what the ledger knows; the next refresh asks again
 
 
-def _rows(root: Path, label: str, histories: dict[str, ledger.ItemLedger], found: dict[str, JobInfo]) -> list[Row]:
+def _rows(root: Path, label: str, histories: dict[str, ledger.ItemLedger], found: dict[str, JobInfo]) -> list[StatusRow]:
     records = {item: history.records[-1] for item, history in histories.items() if history.records}
     book = ledger.Ledger(root)
     peaks: dict[str, float | None] = {}
     rows = [
-        Row(item, State.UNKNOWN, "-", "-", None, None, None, 0, recovered=_recovery_note(h.recovery))
+        StatusRow(item, State.UNKNOWN, "-", "-", None, None, None, 0, recovered=_recovery_note(h.recovery))
         for item, h in histories.items()
         if not h.records
     ]
@@ -145,7 +145,7 @@ def _rows(root: Path, label: str, histories: dict[str, ledger.ItemLedger], found
         faulted = [r for r in history if r.fingerprint == rec.fingerprint and r.fault]
         blocked = reasons.stuck(info) if info is not None else None
         rows.append(
-            Row(
+            StatusRow(
                 item,
                 rec.state,
                 rec.job_id,

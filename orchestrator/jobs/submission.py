@@ -33,7 +33,7 @@ pause = time.sleep  # tests replace it
 
 
 @dataclass
-class Outcome:
+class SubmitOutcome:
     record: ledger.Record
     attached: bool
     info: JobInfo | None = None
@@ -64,7 +64,7 @@ class Submission:
         return [o for o in self.outs if not os.path.lexists(self.ws.root / o)]
 
 
-def attach_or_submit(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, now: float) -> Outcome:
+def attach_or_submit(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, now: float) -> SubmitOutcome:
     """The one place a job is submitted for one item; call it holding the item's ledger lock."""
     outcome = existing(records, sub, backend, runner)
     if outcome is not None and outcome.why_new is None:
@@ -74,7 +74,7 @@ def attach_or_submit(records: ledger.ItemLedger, sub: Submission, backend: backe
 
 def submit_one(
     records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, now: float, why_new: str | None = None
-) -> Outcome:
+) -> SubmitOutcome:
     """Submit ``sub``'s job, which :func:`existing` found none to follow for; hold the item's lock."""
     refuse_if_attach_only(sub, why_new)
     prepare(sub, backend)
@@ -89,7 +89,7 @@ def submit_one(
     prov = _at_submission(sub, runner)
     record = _record(sub, backend, sub.fingerprint, accepted.job_id, accepted.log, now, prov, excluded=tuple(exclude))
     _append(records, record)
-    return Outcome(record, attached=False, why_new=why_new)
+    return SubmitOutcome(record, attached=False, why_new=why_new)
 
 
 def _at_submission(sub: Submission, runner: Runner) -> dict:
@@ -97,9 +97,9 @@ def _at_submission(sub: Submission, runner: Runner) -> dict:
     return provenance.at_submission(sub.ws.root, runner, sub.ws.profile, sub.text, _image_file(sub), plan.partition, plan.account)
 
 
-def existing(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner) -> Outcome | None:
+def existing(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner) -> SubmitOutcome | None:
     """The job already made for ``sub`` (after a damaged ledger, a killed submission, or
-    an earlier run), if it is to be followed; an Outcome with ``why_new`` when it is not;
+    an earlier run), if it is to be followed; a SubmitOutcome with ``why_new`` when it is not;
     None when there is none. Call it holding the item's ledger lock."""
     attach_only = os.environ.get(ATTACH_ONLY) == "1"
     if attach_only:
@@ -145,7 +145,9 @@ class Task:
     why_new: str | None = None
 
 
-def submit_array(tasks: list[Task], array: arrays.Array, backend: backends.SbatchBackend, runner: Runner, now: float) -> list[Outcome]:
+def submit_array(
+    tasks: list[Task], array: arrays.Array, backend: backends.SbatchBackend, runner: Runner, now: float
+) -> list[SubmitOutcome]:
     """Submit ``array``, whose members are ``tasks`` in order; hold every task's ledger lock.
 
     Every task's intent names the array and the task's index before sbatch runs, so a
@@ -183,7 +185,7 @@ def submit_array(tasks: list[Task], array: arrays.Array, backend: backends.Sbatc
         record = _record(task.sub, backend, task.sub.fingerprint, f"{array_id}_{index}", log, now, prov)
         record = dataclasses.replace(record, script=arrays.frozen_path(task.sub.text))
         _append(task.records, record)
-        outcomes.append(Outcome(record, attached=False, why_new=task.why_new))
+        outcomes.append(SubmitOutcome(record, attached=False, why_new=task.why_new))
     return outcomes
 
 
@@ -215,7 +217,9 @@ def _record(sub: Submission, backend: backends.Backend, fp: str, job_id: str, lo
     )
 
 
-def recover(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, attach_only: bool) -> Outcome | None:
+def recover(
+    records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, attach_only: bool
+) -> SubmitOutcome | None:
     """After a damaged ledger file was replaced, ask Slurm for the item's newest job
     (by job name and working dir, as :func:`adopt` does) before anything is submitted.
 
@@ -248,12 +252,12 @@ def recover(records: ledger.ItemLedger, sub: Submission, backend: backends.Backe
         fp = sub.fingerprint if follow else ""  # a finished job's script and inputs are unknown: never attached to later
         record = _record(sub, backend, fp, job_id, log, recovery.mtime, prov, state=state, adopted=True)
         records.append(record)
-        outcome = Outcome(record, attached=True, info=info) if follow else None
+        outcome = SubmitOutcome(record, attached=True, info=info) if follow else None
     records.recovered(job_id)
     return outcome
 
 
-def adopt(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner) -> Outcome | None:
+def adopt(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner) -> SubmitOutcome | None:
     """Record the job an interrupted submission left behind (see :class:`ledger.Intent`);
     follow it if it is ``sub``'s (same fingerprint) and pending, running or done."""
     fp = sub.fingerprint
@@ -321,7 +325,7 @@ def remove_stale(root: Path, outs: tuple[str, ...]) -> None:
             path.unlink()
 
 
-def attach(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend) -> Outcome | None:
+def attach(records: ledger.ItemLedger, sub: Submission, backend: backends.Backend) -> SubmitOutcome | None:
     """The earlier job with this fingerprint, if it is pending or running, or if it
     succeeded and its outputs are all still there (and the run is not forced)."""
     earlier = records.latest(sub.fingerprint)
@@ -366,22 +370,24 @@ def lookup(backend: backends.Backend, job_ids: Sequence[str], live: Sequence[str
     return infos
 
 
-def _follow(record: ledger.Record, info: JobInfo | None, sub: Submission) -> Outcome | None:
+def _follow(record: ledger.Record, info: JobInfo | None, sub: Submission) -> SubmitOutcome | None:
     """``record``'s job as this item's, unless it is no longer one: it failed, or it
     succeeded but its outputs are gone or a new job was asked for."""
     state = info.state if info else record.state
     if state.active:
-        return Outcome(record, attached=True, info=info)  # outputs appear as it runs (or as its upstream chain does)
+        return SubmitOutcome(record, attached=True, info=info)  # outputs appear as it runs (or as its upstream chain does)
     if state != State.COMPLETED:
         return None
     if sub.force:
-        return Outcome(record, attached=False, info=info, why_new=f"job {record.job_id} succeeded, but a new job was asked for (forced)")
+        return SubmitOutcome(
+            record, attached=False, info=info, why_new=f"job {record.job_id} succeeded, but a new job was asked for (forced)"
+        )
     bring_outputs(sub, record)
     missing = sub.missing()
     if missing:
         gone = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        return Outcome(record, attached=False, info=info, why_new=f"job {record.job_id} succeeded, but its output {gone} is gone")
-    return Outcome(record, attached=True, info=info)
+        return SubmitOutcome(record, attached=False, info=info, why_new=f"job {record.job_id} succeeded, but its output {gone} is gone")
+    return SubmitOutcome(record, attached=True, info=info)
 
 
 def _image_file(sub) -> str | None:

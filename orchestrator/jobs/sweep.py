@@ -80,7 +80,7 @@ def _shown(value: object, limit: int = 100) -> str:
 
 
 @dataclass(frozen=True)
-class Point:
+class SweepPoint:
     name: str  # the DVC experiment it becomes
     overrides: dict[str, list[str]]  # params file -> DVC's overrides (``lr=0.1``)
     folder: str  # its copy of the project, relative to the project
@@ -93,7 +93,7 @@ class Sweep:
     baseline: str  # the commit every point starts from
     sets: tuple[str, ...]  # the -S arguments as given
     targets: tuple[str, ...]
-    points: tuple[Point, ...]
+    points: tuple[SweepPoint, ...]
 
     @staticmethod
     def path(root: Path, name: str) -> Path:
@@ -119,7 +119,7 @@ class Sweep:
         problems = _manifest_problems(data, name)
         if problems:
             raise _damaged(name, path, problems)
-        points = tuple(Point(**p) for p in data["points"])
+        points = tuple(SweepPoint(**p) for p in data["points"])
         return cls(data["name"], data["baseline"], tuple(data["sets"]), tuple(data["targets"]), points)
 
 
@@ -244,7 +244,7 @@ def define(root: Path, runner: Runner, sets: Sequence[str], targets: Sequence[st
     check_name(name)
     width = len(str(len(points) - 1))
     made = tuple(
-        Point(f"{name}-{i:0{width}d}", {f: list(o) for f, o in p.items()}, f"{SWEEPS_DIR}/{name}/{i:0{width}d}")
+        SweepPoint(f"{name}-{i:0{width}d}", {f: list(o) for f, o in p.items()}, f"{SWEEPS_DIR}/{name}/{i:0{width}d}")
         for i, p in enumerate(points)
     )
     return Sweep(name, baseline, tuple(sets), tuple(targets), made)
@@ -281,7 +281,7 @@ def _outside(given: str) -> bool:
     return norm == ".." or norm.startswith("../")
 
 
-def point_params(root: Path, points: Sequence[Point]) -> dict[str, dict[Path, bytes]]:
+def point_params(root: Path, points: Sequence[SweepPoint]) -> dict[str, dict[Path, bytes]]:
     """Each point's params files with its values applied (by DVC, as `dvc exp run -S` does),
     by the file's place in the project: worked out in a scratch folder, so a value that
     cannot be applied (a param that does not exist, a value of the wrong kind) stops the
@@ -312,7 +312,7 @@ def _read_params(root: Path, given: str, rel: Path) -> bytes:
         raise ConfigError(f"-S {_shown(given)}:...: the params file {rel} {exc.reason}") from None
 
 
-def _applied(scratch: Path, point: Point, where: dict[str, Path], base: dict[Path, bytes]) -> dict[Path, bytes]:
+def _applied(scratch: Path, point: SweepPoint, where: dict[str, Path], base: dict[Path, bytes]) -> dict[Path, bytes]:
     from dvc.utils.hydra import apply_overrides
 
     texts: dict[Path, bytes] = {}
@@ -381,7 +381,7 @@ def _plan(
     cluster: str | None,
     runner: Runner,
     sweep: Sweep,
-    todo: list[Point],
+    todo: list[SweepPoint],
     params: dict[str, dict[Path, bytes]],
     made: list[Path],
 ) -> list[detached.Batch]:
@@ -442,7 +442,7 @@ def _queue(
     cluster: str | None,
     runner: Runner,
     sweep: Sweep,
-    todo: list[Point],
+    todo: list[SweepPoint],
     batches: list,
     at: float,
     since: float | None,
@@ -468,17 +468,17 @@ def _queue(
 
 
 @dataclass
-class Recorded:
+class SweepRecorded:
     saved: list[str] = field(default_factory=list)  # experiment names
     unfinished: list[tuple[str, str]] = field(default_factory=list)  # (experiment, why)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (experiment, the item, job and log)
 
 
-def record_points(root: Path, cluster: str | None, runner: Runner, name: str, say: Callable[[str], None] = print) -> Recorded:
+def record_points(root: Path, cluster: str | None, runner: Runner, name: str, say: Callable[[str], None] = print) -> SweepRecorded:
     """Record every point whose items all succeeded and save it as a DVC experiment."""
     root = root.resolve()
     sweep = Sweep.load(root, name)
-    found = Recorded()
+    found = SweepRecorded()
     points = list(sweep.points)
     for i, point in enumerate(points):
         if point.saved:
@@ -504,7 +504,7 @@ def record_points(root: Path, cluster: str | None, runner: Runner, name: str, sa
         except OrchestratorError as exc:
             found.failed.append((point.name, exc.headline))
             continue
-        points[i] = Point(point.name, point.overrides, point.folder, saved=True)
+        points[i] = SweepPoint(point.name, point.overrides, point.folder, saved=True)
         Sweep(sweep.name, sweep.baseline, sweep.sets, sweep.targets, tuple(points)).save(root)
         _git(runner, root, "worktree", "remove", "--force", str(copy))
         found.saved.append(point.name)
@@ -512,7 +512,7 @@ def record_points(root: Path, cluster: str | None, runner: Runner, name: str, sa
     return found
 
 
-def _copy(root: Path, runner: Runner, sweep: Sweep, point: Point, cache: Path, params: dict[Path, bytes], made: list[Path]) -> Path:
+def _copy(root: Path, runner: Runner, sweep: Sweep, point: SweepPoint, cache: Path, params: dict[Path, bytes], made: list[Path]) -> Path:
     """The point's copy of the project at the sweep's baseline (made once, added to ``made``),
     its params applied: written again each time, so a copy that a run stopped half-way is
     never submitted without its values."""

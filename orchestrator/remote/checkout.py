@@ -75,7 +75,7 @@ class CheckoutRefused(RemoteError):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CheckoutOutcome:
     commit: str
     changes: str | None
     kept_entries: dict[str, list[str]] = field(default_factory=dict)  # lock file -> stages kept from the cluster
@@ -172,7 +172,7 @@ def read_state(root: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Outcome:
+def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> CheckoutOutcome:
     """Check out ``commit`` in the repository ``root`` (see the module's docstring)."""
     bad = [
         f"{what} {value!r}"
@@ -235,7 +235,7 @@ def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Ou
         _apply(git, commit, changes)
     (root / STATE_FILE).parent.mkdir(parents=True, exist_ok=True)
     (root / STATE_FILE).write_text(json.dumps({"commit": commit, "changes": changes}) + "\n")
-    return Outcome(commit, changes, kept_entries, kept_ignores, undone)
+    return CheckoutOutcome(commit, changes, kept_entries, kept_ignores, undone)
 
 
 def _undo_changes(git: _Git, state: dict) -> bool:
@@ -301,7 +301,7 @@ def _restore(root: Path, saved: dict[str, str | None]) -> None:
             (root / path).write_text(text)
 
 
-def describe(outcome: Outcome) -> Sequence[str]:
+def describe(outcome: CheckoutOutcome) -> Sequence[str]:
     """What the checkout did, for the workstation to print."""
     lines = [f"checked out {outcome.commit[:12]}" + (" with the workstation's uncommitted changes" if outcome.changes else "")]
     for path, names in outcome.kept_entries.items():

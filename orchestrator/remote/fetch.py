@@ -58,13 +58,13 @@ from orchestrator.remote import trust
 from orchestrator.remote.checkout import LOCK_NAME
 from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.shared import Puller, default_remote
-from orchestrator.remote.trust import Declared, Out, Refused, shown
+from orchestrator.remote.trust import Declared, FetchRefused, Out, shown
 from orchestrator.util import files, yamlio
 from orchestrator.util.runner import Completed, Runner
 
 STAGING = ".orchestrator/fetch"
 
-__all__ = ["Declared", "FetchError", "Out", "Refused", "Result", "fetch", "merge", "rsync_copier", "select"]
+__all__ = ["Declared", "FetchError", "Out", "FetchRefused", "FetchResult", "fetch", "merge", "rsync_copier", "select"]
 
 
 class FetchError(RemoteError):
@@ -72,7 +72,7 @@ class FetchError(RemoteError):
 
 
 @dataclass
-class Result:
+class FetchResult:
     """What became of one stage."""
 
     stage: str
@@ -92,7 +92,7 @@ def parse_lock(text: str, where: str) -> dict:
     return trust.lock_stages(trust.load_lock(text, where), where)
 
 
-def select(stages: dict, targets: Sequence[str], known: Iterable[str]) -> tuple[list[str], list[Result]]:
+def select(stages: dict, targets: Sequence[str], known: Iterable[str]) -> tuple[list[str], list[FetchResult]]:
     """The lock's stages to fetch and the targets skipped (not finished there).
 
     ``known``: the stage names this project's dvc.yaml defines (``name`` of a matrix or
@@ -101,14 +101,14 @@ def select(stages: dict, targets: Sequence[str], known: Iterable[str]) -> tuple[
         return list(stages), []
     known = set(known)
     chosen: list[str] = []
-    skipped: list[Result] = []
+    skipped: list[FetchResult] = []
     unknown: list[str] = []
     for target in targets:
         hits = [name for name in stages if name == target or name.split("@", 1)[0] == target]
         if hits:
             chosen += [name for name in hits if name not in chosen]
         elif target in known or target.split("@", 1)[0] in known:
-            skipped.append(Result(target, False, why="not finished there (the cluster's dvc.lock has no entry for it)"))
+            skipped.append(FetchResult(target, False, why="not finished there (the cluster's dvc.lock has no entry for it)"))
         else:
             unknown.append(target)
     if unknown:
@@ -143,7 +143,7 @@ def merge(local: str | None, entries: dict[str, dict], where: str = "dvc.lock he
     try:
         document = trust.load_lock(local, where) if local else None
         stages = trust.lock_stages(document, where)
-    except Refused as exc:
+    except FetchRefused as exc:
         raise FetchError(f"{exc.headline}; fix or remove it, then fetch again") from None
     document = dict(document) if isinstance(document, dict) else {"schema": "2.0"}
     document["stages"] = {**stages, **entries}
@@ -286,7 +286,7 @@ def fetch(
     copy: Copier,
     say: Callable[[str], None],
     push: Pusher | None = None,
-) -> list[Result]:
+) -> list[FetchResult]:
     """Fetch the chosen stages of the cluster's lock ``lock_text`` into ``project`` (see the module's
     docstring). ``push``: how to push there, for a DVC remote both sides share; None: rsync only."""
     stages = parse_lock(lock_text, where)
@@ -306,13 +306,13 @@ def fetch(
         puller = _shared(hasher, plans, staging_root, push, say)
         staged = staging_root / "rsync"
         staged.mkdir()
-        wanted = [out.path for plan in plans.values() if isinstance(plan, Plan) for out in _by_rsync(plan, puller)]
+        wanted = [out.path for plan in plans.values() if isinstance(plan, FetchPlan) for out in _by_rsync(plan, puller)]
         if wanted:
             say(f"copying {len(wanted)} output(s) of {len(plans)} stage(s) from the cluster")
         done = copy(wanted, staged) if wanted else None
         for name in chosen:
             plan = plans[name]
-            result = plan if isinstance(plan, Result) else _fetch_stage(project, name, plan, staged, hasher, done, puller)
+            result = plan if isinstance(plan, FetchResult) else _fetch_stage(project, name, plan, staged, hasher, done, puller)
             results.append(result)
             say(describe(result))
             if result.fetched:
@@ -330,7 +330,7 @@ def fetch(
 
 
 @dataclass(frozen=True)
-class Plan:
+class FetchPlan:
     """One stage's outs, each a declared out here (cached or not: ``cache: false``), and the
     entry's other fields (cmd, deps, params) as checked plain data."""
 
@@ -338,23 +338,23 @@ class Plan:
     fields: dict
 
 
-def _plan(name: str, entry: Any, hasher: Hasher, own: frozenset[str]) -> Plan | Result:
-    """What to fetch of stage ``name``, its entry checked before any byte moves; a refused stage: its Result."""
+def _plan(name: str, entry: Any, hasher: Hasher, own: frozenset[str]) -> FetchPlan | FetchResult:
+    """What to fetch of stage ``name``, its entry checked before any byte moves; a refused stage: its FetchResult."""
     try:
         outs = trust.verify_outs(name, entry, hasher.declared(name), own)
         if not outs:
-            return Result(name, False, why="its entry there has no outs")
+            return FetchResult(name, False, why="its entry there has no outs")
         fields = trust.entry_fields(name, entry)
-    except Refused as exc:
-        return Result(name, False, why=exc.headline.removeprefix(f"{shown(name)}: "), refused=True)
-    return Plan(outs, fields)
+    except FetchRefused as exc:
+        return FetchResult(name, False, why=exc.headline.removeprefix(f"{shown(name)}: "), refused=True)
+    return FetchPlan(outs, fields)
 
 
 def _shared(hasher: Hasher, plans: dict, staging_root: Path, push: Pusher | None, say: Callable[[str], None]) -> Puller | None:
     """Where the committed DVC config names a default remote: the wanted stages' cached outs pushed
     there by the cluster, and their objects pulled from it into a store of the staging folder."""
     remote = default_remote(hasher.repo) if push is not None else None
-    wanted = {name: plan for name, plan in plans.items() if isinstance(plan, Plan) and any(o.cached for o in plan.outs)}
+    wanted = {name: plan for name, plan in plans.items() if isinstance(plan, FetchPlan) and any(o.cached for o in plan.outs)}
     if remote is None or not wanted or push is None:
         return None
     say(f"pushing {len(wanted)} stage(s)' cached outs to the DVC remote {remote!r} on the cluster")
@@ -367,7 +367,7 @@ def _shared(hasher: Hasher, plans: dict, staging_root: Path, push: Pusher | None
     return puller
 
 
-def _by_rsync(plan: Plan, puller: Puller | None) -> list[Out]:
+def _by_rsync(plan: FetchPlan, puller: Puller | None) -> list[Out]:
     """The outs of ``plan`` that come by rsync: all but the cached ones, where a shared remote is used."""
     return [out for out in plan.outs if not (puller is not None and out.cached)]
 
@@ -381,8 +381,8 @@ def _skipped(done: Completed | None, out: Out) -> list[str]:
 
 
 def _fetch_stage(
-    project: Path, name: str, plan: Plan, staged: Path, hasher: Hasher, done: Completed | None, puller: Puller | None
-) -> Result:
+    project: Path, name: str, plan: FetchPlan, staged: Path, hasher: Hasher, done: Completed | None, puller: Puller | None
+) -> FetchResult:
     """Verify stage ``name``'s outs (in ``staged`` where rsync put them, ``done`` its result; laid out
     there from ``puller``'s objects) and move them into place; the stage whole or not at all."""
     outs = plan.outs
@@ -398,19 +398,19 @@ def _fetch_stage(
                 ["the cluster needs rsync on the PATH of a plain `ssh HOST` (no login shell)"],
             )
         if problems:
-            return Result(name, False, why="not taken, its dvc.lock entry not written", problems=problems, refused=True)
+            return FetchResult(name, False, why="not taken, its dvc.lock entry not written", problems=problems, refused=True)
         size, files = _place(project, outs, staged, hasher)
         notes = hasher.ignore(name)
         routes = {out.path: (f"DVC remote {puller.name!r}" if puller is not None and out in shared else RSYNC) for out in outs}
         entry = {**plan.fields, "outs": [_out_entry(out, meta[out.path]) for out in outs]}
-        return Result(name, True, size=size, files=files, routes=routes, notes=notes, entry=entry)
+        return FetchResult(name, True, size=size, files=files, routes=routes, notes=notes, entry=entry)
     finally:
         for out in outs:  # what was not taken: gone, so a refused stage leaves nothing behind
             _remove(staged / out.path)
 
 
 def _check(
-    plan: Plan, staged: Path, hasher: Hasher, done: Completed | None, puller: Puller | None, shared: list[Out]
+    plan: FetchPlan, staged: Path, hasher: Hasher, done: Completed | None, puller: Puller | None, shared: list[Out]
 ) -> tuple[list[str], dict[str, dict]]:
     """What is wrong with the staged outs of ``plan`` (nothing: they may be placed), and each one's size fields."""
     problems: list[str] = []
@@ -487,7 +487,7 @@ def _replace(src: Path, dst: Path) -> None:
         os.replace(src, dst)
 
 
-def describe(result: Result) -> str:
+def describe(result: FetchResult) -> str:
     if result.fetched:
         ways: dict[str, list[str]] = {}
         for path, way in result.routes.items():

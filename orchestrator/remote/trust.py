@@ -45,7 +45,7 @@ MD5 = re.compile(r"[0-9a-f]{32}(\.dir)?")
 _SHOWN = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-class Refused(RemoteError):
+class FetchRefused(RemoteError):
     """Something from the cluster that fetch will not take: the stage (or the whole lock) is refused."""
 
     exit_code = 1
@@ -131,21 +131,21 @@ _PLAIN = (str, int, float, bool, date, type(None))
 
 
 def load_lock(text: str, where: str) -> Any:
-    """The YAML document ``text`` (a dvc.lock) as plain data: :class:`Refused` for one over the
+    """The YAML document ``text`` (a dvc.lock) as plain data: :class:`FetchRefused` for one over the
     size cap, with an anchor or alias (a billion-laughs lock expands only when built, so the
     events are looked at first), nested too deep, or holding values YAML tags make non-plain."""
     if len(text) > MAX_LOCK_BYTES:
-        raise Refused(f"the dvc.lock at {where} is over {MAX_LOCK_BYTES // 2**20} MiB: not read, nothing fetched")
+        raise FetchRefused(f"the dvc.lock at {where} is over {MAX_LOCK_BYTES // 2**20} MiB: not read, nothing fetched")
     try:
         _check_events(text, where)
         data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
-        raise Refused(f"the dvc.lock at {where} is not valid YAML{at}: {shown(getattr(exc, 'problem', None) or exc)}") from None
+        raise FetchRefused(f"the dvc.lock at {where} is not valid YAML{at}: {shown(getattr(exc, 'problem', None) or exc)}") from None
     problem = plain_problem(data)
     if problem:
-        raise Refused(f"the dvc.lock at {where} is not plain data: {problem}")
+        raise FetchRefused(f"the dvc.lock at {where} is not plain data: {problem}")
     return data
 
 
@@ -153,16 +153,16 @@ def _check_events(text: str, where: str) -> None:
     depth = nodes = 0
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise Refused(f"the dvc.lock at {where} has YAML anchors or aliases (DVC writes none): not read, nothing fetched")
+            raise FetchRefused(f"the dvc.lock at {where} has YAML anchors or aliases (DVC writes none): not read, nothing fetched")
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                raise Refused(f"the dvc.lock at {where} nests deeper than {MAX_DEPTH} levels: not read, nothing fetched")
+                raise FetchRefused(f"the dvc.lock at {where} nests deeper than {MAX_DEPTH} levels: not read, nothing fetched")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
         nodes += 1
         if nodes > MAX_NODES:
-            raise Refused(f"the dvc.lock at {where} has over {MAX_NODES:,} values: not read, nothing fetched")
+            raise FetchRefused(f"the dvc.lock at {where} has over {MAX_NODES:,} values: not read, nothing fetched")
 
 
 def plain_problem(data: Any) -> str | None:
@@ -194,9 +194,9 @@ def lock_stages(data: Any, where: str) -> dict[str, Any]:
     if isinstance(data, dict) and stages is None:
         return {}
     if not isinstance(stages, dict):
-        raise Refused(f"the dvc.lock at {where} is not one DVC wrote (not a mapping with a `stages` mapping): nothing fetched")
+        raise FetchRefused(f"the dvc.lock at {where} is not one DVC wrote (not a mapping with a `stages` mapping): nothing fetched")
     if len(stages) > MAX_STAGES:
-        raise Refused(f"the dvc.lock at {where} has over {MAX_STAGES:,} stages: nothing fetched")
+        raise FetchRefused(f"the dvc.lock at {where} has over {MAX_STAGES:,} stages: nothing fetched")
     return stages
 
 
@@ -229,7 +229,7 @@ class Out:
 def verify_outs(name: str, entry: Any, declared: Mapping[str, Declared] | None, own: frozenset[str] = frozenset()) -> list[Out]:
     """The outs of the cluster's lock entry ``entry`` for stage ``name``, each a declared out of that
     stage here (``declared``: by normalized path; None: no such stage here) that may be placed, with a
-    DVC md5; else :class:`Refused`, naming the stage and why. An empty list: the entry has no outs."""
+    DVC md5; else :class:`FetchRefused`, naming the stage and why. An empty list: the entry has no outs."""
     if declared is None:
         raise refusal(name, "this project's dvc.yaml has no such stage")
     if not isinstance(entry, dict) or not isinstance(entry.get("outs") or [], list):
@@ -241,9 +241,9 @@ def verify_outs(name: str, entry: Any, declared: Mapping[str, Declared] | None, 
     return outs
 
 
-def refusal(name: str, why: str) -> Refused:
+def refusal(name: str, why: str) -> FetchRefused:
     """The refusal of stage ``name``: its headline ``NAME: WHY``, the name printable whatever the lock held."""
-    return Refused(f"{shown(name)}: {why}")
+    return FetchRefused(f"{shown(name)}: {why}")
 
 
 def _verify_out(name: str, out: Any, declared: Mapping[str, Declared], own: frozenset[str]) -> Out:
@@ -266,7 +266,7 @@ def _verify_out(name: str, out: Any, declared: Mapping[str, Declared], own: froz
 
 def entry_fields(name: str, entry: dict) -> dict:
     """The fields of the cluster's entry for ``name`` besides its outs (cmd, deps, params), checked
-    against DVC's own lock schema, as plain data: :class:`Refused` for any other field or shape."""
+    against DVC's own lock schema, as plain data: :class:`FetchRefused` for any other field or shape."""
     import voluptuous as vol
     from dvc.schema import LOCK_FILE_STAGE_SCHEMA
 

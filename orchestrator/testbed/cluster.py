@@ -2,7 +2,7 @@
 
 ``orchestrator testbed up`` installs Debian's packages (munge, MariaDB, Slurm 22.05)
 and starts munged, MariaDB, slurmdbd, slurmctld and one slurmd per node
-(``slurmd -N NODE``) on this one host, as :class:`~orchestrator.testbed.settings.Settings`
+(``slurmd -N NODE``) on this one host, as :class:`~orchestrator.testbed.settings.LocalSlurmSettings`
 describes them, matching the built-in ``testbed`` profile.
 
 Each step of :class:`Testbed` checks state first and does only what is missing
@@ -48,7 +48,7 @@ from orchestrator.testbed.conf import (
 )
 from orchestrator.testbed.parse import node_is_up, parse_associations, parse_installed, parse_node_states
 from orchestrator.testbed.procs import log_tail, pids_of, started_at
-from orchestrator.testbed.settings import Settings
+from orchestrator.testbed.settings import LocalSlurmSettings
 from orchestrator.util import files
 from orchestrator.util.runner import Completed, Runner, SubprocessRunner
 
@@ -69,7 +69,7 @@ class Testbed:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: LocalSlurmSettings,
         runner: Runner | None = None,
         say: Callable[[str], None] = lambda message: None,
         timeout: float = 120.0,
@@ -303,7 +303,7 @@ class Testbed:
     # -- status --
 
     def status(self) -> list[tuple[str, bool, str]]:
-        """(component, up, detail) for each of ``Settings.components``, in that order; needs no root."""
+        """(component, up, detail) for each of ``LocalSlurmSettings.components``, in that order; needs no root."""
         rows = []
         rows.append(("munge", bool(pids_of("munge")) and self.munge_works(), "munged answers `munge -n | unmunge`"))
         rows.append(("mariadb", self.mariadb_works(), "mariadb-admin ping"))

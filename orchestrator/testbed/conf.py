@@ -1,6 +1,6 @@
 """The files the testbed's daemons read and write: where they live, and the text of each config file.
 
-Pure functions of :class:`~orchestrator.testbed.settings.Settings`: ``slurm.conf``,
+Pure functions of :class:`~orchestrator.testbed.settings.LocalSlurmSettings`: ``slurm.conf``,
 ``gres.conf``, ``slurmdbd.conf``, the SQL that makes slurmdbd's database, and the
 line ``/etc/hosts`` needs so the node names resolve. The unit tests cover them without root.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.testbed.settings import Settings
+from orchestrator.testbed.settings import LocalSlurmSettings
 
 ETC = Path("/etc/slurm")
 LOG_DIR = Path("/var/log/slurm")
@@ -34,7 +34,7 @@ def slurmd_log(node: str) -> Path:
     return LOG_DIR / f"slurmd-{node}.log"
 
 
-def slurm_conf(s: Settings) -> str:
+def slurm_conf(s: LocalSlurmSettings) -> str:
     nodes = "\n".join(
         f"NodeName={n} NodeHostname={s.hostname} NodeAddr=127.0.0.1 Port={s.port(n)} CPUs={s.cores} Boards=1 "
         f"SocketsPerBoard=1 CoresPerSocket={s.cores} ThreadsPerCore=1 RealMemory={s.memory_mb} Gres=gpu:{s.gpus}"
@@ -79,7 +79,7 @@ PartitionName={s.partition} Nodes={",".join(s.nodes)} Default=YES MaxTime={s.max
 """
 
 
-def gres_conf(s: Settings) -> str:
+def gres_conf(s: LocalSlurmSettings) -> str:
     lines = "".join(f"NodeName={n} Name=gpu File={','.join(s.gpu_devices(n))}\n" for n in s.nodes)
     return f"""{HEADER}# Fake GPUs: character devices like /dev/null (mknod c 1 3). Slurm needs device files;
 # Count= alone registered no GPUs and left the nodes INVAL.
@@ -87,7 +87,7 @@ AutoDetect=off
 {lines}"""
 
 
-def slurmdbd_conf(s: Settings) -> str:
+def slurmdbd_conf(s: LocalSlurmSettings) -> str:
     return f"""{HEADER}AuthType=auth/munge
 DbdHost=localhost
 SlurmUser=root
@@ -101,7 +101,7 @@ StoragePass={s.db_password}
 """
 
 
-def database_sql(s: Settings) -> str:
+def database_sql(s: LocalSlurmSettings) -> str:
     """SQL that makes slurmdbd's database and user; safe to run again."""
     user = f"'{s.db_user}'@'localhost'"
     return (
@@ -112,7 +112,7 @@ def database_sql(s: Settings) -> str:
     )
 
 
-def config_files(s: Settings) -> dict[Path, tuple[str, int]]:
+def config_files(s: LocalSlurmSettings) -> dict[Path, tuple[str, int]]:
     """Each config file's path -> (content, mode). slurmdbd.conf holds a password: 600."""
     return {
         ETC / "slurm.conf": (slurm_conf(s), 0o644),

@@ -1,6 +1,6 @@
 """What the testbed is: its cluster, partition, nodes and their size, account and users.
 
-One frozen :class:`Settings` decides every name the config files, the daemon steps
+One frozen :class:`LocalSlurmSettings` decides every name the config files, the daemon steps
 and ``status`` use; nothing else in the testbed fixes a node's name.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Settings:
+class LocalSlurmSettings:
     """What the testbed is; the defaults match orchestrator/config/profiles/testbed.yaml."""
 
     hostname: str = "localhost"  # this host's short name: slurmctld refuses to start under any other
@@ -33,8 +33,8 @@ class Settings:
     db_password: str = "testbed-slurmdbd"
 
     @classmethod
-    def for_this_machine(cls) -> Settings:
-        """Settings with this host's name, and the user behind sudo (if any) as a second user."""
+    def for_this_machine(cls) -> LocalSlurmSettings:
+        """LocalSlurmSettings with this host's name, and the user behind sudo (if any) as a second user."""
         users = ["root"]
         sudo_user = os.environ.get("SUDO_USER")
         if sudo_user and sudo_user != "root":

@@ -10,9 +10,9 @@ import time
 import pytest
 from support import invoke
 
-from orchestrator.testbed.settings import Settings
+from orchestrator.testbed.settings import LocalSlurmSettings
 
-ACCOUNT = Settings().account
+ACCOUNT = LocalSlurmSettings().account
 
 
 def run(*argv, check=True):

@@ -9,7 +9,12 @@ from orchestrator.analysis import scaling
 
 
 def test_speedup_and_efficiency_against_the_smallest_configuration():
-    points = [scaling.Point(1, 100.0), scaling.Point(2, 190.0), scaling.Point(4, 360.0), scaling.Point(8, 640.0)]
+    points = [
+        scaling.ScalingPoint(1, 100.0),
+        scaling.ScalingPoint(2, 190.0),
+        scaling.ScalingPoint(4, 360.0),
+        scaling.ScalingPoint(8, 640.0),
+    ]
     scaled = scaling.scale(points)
     assert [s.speedup for s in scaled] == pytest.approx([1.0, 1.9, 3.6, 6.4])
     assert [s.ideal for s in scaled] == [1.0, 2.0, 4.0, 8.0]
@@ -17,12 +22,12 @@ def test_speedup_and_efficiency_against_the_smallest_configuration():
 
 
 def test_a_missing_smallest_run_moves_the_baseline_and_stays_missing():
-    points = [scaling.Point(1, None), scaling.Point(2, 200.0), scaling.Point(8, 560.0)]
+    points = [scaling.ScalingPoint(1, None), scaling.ScalingPoint(2, 200.0), scaling.ScalingPoint(8, 560.0)]
     scaled = scaling.scale(points)
     assert scaling.baseline_index(points) == 1
     assert scaled[0] == scaling.Scaled(None, None, None)  # missing, not 0
     assert scaled[1].efficiency == 1.0 and scaled[2].speedup == pytest.approx(2.8) and scaled[2].efficiency == pytest.approx(0.7)
-    assert scaling.scale([scaling.Point(1, None)]) == [scaling.Scaled(None, None, None)]
+    assert scaling.scale([scaling.ScalingPoint(1, None)]) == [scaling.Scaled(None, None, None)]
 
 
 @pytest.mark.parametrize(
@@ -35,6 +40,6 @@ def test_a_missing_smallest_run_moves_the_baseline_and_stays_missing():
     ],
 )
 def test_weak_or_strong_scaling_is_read_from_the_batches(batches, mode):
-    points = [scaling.Point(g, 1.0, b, gb) for g, (b, gb) in zip((1, 2, 4), batches, strict=True)]
+    points = [scaling.ScalingPoint(g, 1.0, b, gb) for g, (b, gb) in zip((1, 2, 4), batches, strict=True)]
     assert scaling.scaling_mode(points) == mode
     assert scaling.scaling_mode(points[:1]) == "single"

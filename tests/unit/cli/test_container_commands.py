@@ -27,7 +27,7 @@ exit "${FAKE_RC:-0}"
 """
 
 
-def fake_build(project: Path, name: str = "tiny") -> build.Result:
+def fake_build(project: Path, name: str = "tiny") -> build.BuildResult:
     def apptainer(argv):
         if argv[1] != "--version":
             Path(argv[-2]).write_bytes(b"SIF image bytes")

@@ -97,7 +97,7 @@ def setup(tiny, tmp_path):
 
 def run(project, job, digest, cluster, force=False):
     said, out = [], []
-    clock = build_job.Clock(sleep=lambda s: None)
+    clock = build_job.BuildPollClock(sleep=lambda s: None)
     image = images.select(project, "tiny")
     done = build_job.build_in_job(project, image, job, digest, cluster.runner, force=force, say=said.append, out=out.append, clock=clock)
     return done, said, "".join(out)

@@ -23,7 +23,7 @@ from orchestrator.util.runner import Completed
 NOW = 2_000_000_000.0
 
 
-def fake_build(project: Path, name: str = "tiny", data: bytes = b"SIF image bytes") -> build.Result:
+def fake_build(project: Path, name: str = "tiny", data: bytes = b"SIF image bytes") -> build.BuildResult:
     """`container build NAME` with a runtime that writes ``data`` as the image."""
 
     def apptainer(argv):

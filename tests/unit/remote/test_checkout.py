@@ -45,7 +45,7 @@ def repos(tmp_path):
     return ws, cl
 
 
-def send(ws: Path, cl: Path, changes: bool = False) -> checkout.Outcome:
+def send(ws: Path, cl: Path, changes: bool = False) -> checkout.CheckoutOutcome:
     snap = sync.snapshot(ws, SubprocessRunner(), changes)
     refs = [f"+{snap.head}:refs/orchestrator/head"] + ([f"+{snap.changes}:refs/orchestrator/changes"] if snap.changes else [])
     git(cl, "fetch", "-q", str(ws), *refs)
@@ -225,7 +225,9 @@ def test_the_checkout_there_parses_to_the_commits_sent(monkeypatch):
     assert argv[:3] == ["orchestrator", "remote", "checkout"]
     got: list = []
     monkeypatch.setattr(
-        checkout, "checkout", lambda root, commit, changes, runner: got.append((commit, changes)) or checkout.Outcome(commit, changes)
+        checkout,
+        "checkout",
+        lambda root, commit, changes, runner: got.append((commit, changes)) or checkout.CheckoutOutcome(commit, changes),
     )
     result = invoke(*argv[1:])
     assert result.exit_code == 0, result.output

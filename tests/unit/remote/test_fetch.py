@@ -78,7 +78,7 @@ def copier(source: Path, calls: list | None = None, code: int | None = None):
     return copy
 
 
-def run_fetch(here: Path, source: Path, targets=(), copy=None, push=None) -> tuple[list[fetching.Result], list[str]]:
+def run_fetch(here: Path, source: Path, targets=(), copy=None, push=None) -> tuple[list[fetching.FetchResult], list[str]]:
     said: list[str] = []
     lock = (source / "dvc.lock").read_text()
     results = fetching.fetch(here, lock, "login:/c", targets, ["train", "other"], copy or copier(source), said.append, push)
@@ -186,7 +186,7 @@ def test_select_names_items_matrices_and_unfinished_stages():
 def test_nothing_finished_there_is_an_error(tmp_path):
     with pytest.raises(fetching.FetchError, match="has no stages"):
         fetching.fetch(tmp_path, "schema: '2.0'\nstages: {}\n", "login:/c", [], [], copier(tmp_path), print)
-    with pytest.raises(fetching.Refused, match="not one DVC wrote") as caught:
+    with pytest.raises(fetching.FetchRefused, match="not one DVC wrote") as caught:
         fetching.fetch(tmp_path, "- a list\n", "login:/c", [], [], copier(tmp_path), print)
     assert caught.value.exit_code == 1
 
@@ -200,7 +200,7 @@ def test_merge_replaces_only_the_fetched_stages():
 
 def test_an_entry_naming_an_out_twice_is_refused():
     out = {"path": "a", "hash": "md5", "md5": "0" * 32}
-    with pytest.raises(fetching.Refused, match="s: its entry there names a more than once"):
+    with pytest.raises(fetching.FetchRefused, match="s: its entry there names a more than once"):
         trust.verify_outs("s", {"outs": [out, {**out, "path": "./a"}]}, {"a": fetching.Declared("a", True)})
 
 
@@ -549,7 +549,7 @@ BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
 def test_a_lock_that_is_not_plain_data_is_refused_at_once(tmp_path, text, why):
     here = project(tmp_path / "ws")
     started = time.monotonic()
-    with pytest.raises(fetching.Refused) as caught:
+    with pytest.raises(fetching.FetchRefused) as caught:
         fetching.fetch(here, text, "login:/c", [], ["train"], copier(tmp_path), print)
     assert time.monotonic() - started < 5 and why in caught.value.headline and caught.value.exit_code == 1
     assert caught.value.headline.startswith("the dvc.lock at login:/c ") and not (here / "dvc.lock").exists()
@@ -557,7 +557,7 @@ def test_a_lock_that_is_not_plain_data_is_refused_at_once(tmp_path, text, why):
 
 def test_a_lock_over_the_cap_is_refused_unread(tmp_path, monkeypatch):
     monkeypatch.setattr(trust, "MAX_LOCK_BYTES", 1024)
-    with pytest.raises(fetching.Refused, match="is over 0 MiB: not read"):
+    with pytest.raises(fetching.FetchRefused, match="is over 0 MiB: not read"):
         fetching.fetch(tmp_path, "stages: {}\n" + "#" * 1024, "login:/c", [], [], copier(tmp_path), print)
 
 

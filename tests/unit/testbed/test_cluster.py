@@ -9,9 +9,9 @@ from fakes import FailingRunner, RecordingRunner
 from support import invoke
 
 from orchestrator.testbed import cluster
-from orchestrator.testbed.settings import Settings
+from orchestrator.testbed.settings import LocalSlurmSettings
 
-S = Settings(hostname="host")
+S = LocalSlurmSettings(hostname="host")
 
 
 def test_up_without_root_fails_clearly_before_running_anything(monkeypatch):
@@ -34,7 +34,7 @@ def test_status_exit_code(monkeypatch, rows, code):
 
 
 def test_status_has_one_row_per_configured_node():
-    settings = Settings(hostname="host", nodes=("a", "b", "c"))
+    settings = LocalSlurmSettings(hostname="host", nodes=("a", "b", "c"))
     rows = cluster.Testbed(settings, RecordingRunner()).status()
     assert [name for name, _, _ in rows] == list(settings.components)
     assert settings.components == ("munge", "mariadb", "slurmdbd", "slurmctld", "a", "b", "c", "account")

@@ -10,9 +10,9 @@ import pytest
 from orchestrator.config import profile
 from orchestrator.slurm import times
 from orchestrator.testbed import conf, parse
-from orchestrator.testbed.settings import Settings
+from orchestrator.testbed.settings import LocalSlurmSettings
 
-S = Settings(hostname="host")
+S = LocalSlurmSettings(hostname="host")
 PROFILE = profile.load("testbed").profile
 
 
@@ -105,7 +105,7 @@ def test_slurmdbd_conf_and_sql_agree_and_the_password_file_is_private():
 
 
 def test_config_is_deterministic():
-    assert conf.slurm_conf(S) == conf.slurm_conf(Settings(hostname="host"))
+    assert conf.slurm_conf(S) == conf.slurm_conf(LocalSlurmSettings(hostname="host"))
 
 
 # --- /etc/hosts and parsers --------------------------------------------------------------------
@@ -147,6 +147,6 @@ def test_node_is_up(state, up):
 
 def test_sudo_user_gets_an_association_too(monkeypatch):
     monkeypatch.setenv("SUDO_USER", "alice")
-    assert Settings.for_this_machine().users == ("root", "alice")
+    assert LocalSlurmSettings.for_this_machine().users == ("root", "alice")
     monkeypatch.delenv("SUDO_USER")
-    assert Settings.for_this_machine().users == ("root",)
+    assert LocalSlurmSettings.for_this_machine().users == ("root",)
