@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config import profile
+from orchestrator.config import profile, profile_checks
 from orchestrator.errors import ProfileError
 
 PARTITION = '    debug: {max_nodes: 2, max_time: "01:00:00", whole_node: true}'
@@ -62,10 +62,10 @@ def test_bad_extra_options_are_named(tmp_path, option, expected):
 
 
 def test_the_refusal_lists_the_options_the_orchestrator_sets():
-    found = profile._extra_option_problem("--error=x")
+    found = profile_checks.extra_option_problem("--error=x")
     assert "--error" in found and all(f"--{o}" in found for o in profile.PLANNED_OPTIONS)
 
 
 @pytest.mark.parametrize("option", ["--network=disable_rdzv_get", "--gpus=8", "--ntasks=4", "--mail-type=END", "--time-min=00:10:00"])
 def test_site_options_the_orchestrator_does_not_set_are_accepted(option):
-    assert profile._extra_option_problem(option) is None
+    assert profile_checks.extra_option_problem(option) is None
