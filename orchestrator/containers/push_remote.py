@@ -302,7 +302,7 @@ class _Session:
         host = str(self.t.host)
         if done.returncode != 255 and not _SSH_SAID.search(done.stderr):
             self.fail(what or "a remote command failed", done)
-        error, _ = ssh.classify(host, done.stderr)
+        error, _ = ssh.classify(host, done.stderr, named_in="the push target (the profile's container.push_host)")
         if isinstance(error, ssh.LoginRefused):
             why = f"{host} refused the ssh login"
         elif isinstance(error, ssh.HostKeyMismatch):

@@ -90,9 +90,13 @@ _DROPPED = re.compile(
 )
 
 
-def classify(host: str, stderr: str, connected: bool = False) -> tuple[RemoteError, bool]:
+LOGIN_HOST_SETTING = "the profile's login.host or params.yaml's orchestrator.login_host"
+
+
+def classify(host: str, stderr: str, connected: bool = False, named_in: str = LOGIN_HOST_SETTING) -> tuple[RemoteError, bool]:
     """What an ssh that exited 255 with ``stderr`` means: the error to raise, and whether
-    trying again may help (a dropped connection; no answer, once we had one).
+    trying again may help (a dropped connection; no answer, once we had one). ``named_in``:
+    where the user wrote ``host``, for the hint when the name does not resolve.
 
     Pure, so the classification is tested on the texts ssh prints."""
     lines = [line for line in stderr.strip().splitlines() if line.strip() and not line.startswith(("@@@", "Warning: Permanently"))]
@@ -126,7 +130,7 @@ def classify(host: str, stderr: str, connected: bool = False) -> tuple[RemoteErr
         return Unreachable(
             f"cannot reach {host}: the name does not resolve",
             said,
-            ["check the spelling of the profile's login.host or params.yaml's orchestrator.login_host, and your ~/.ssh/config alias"],
+            [f"check the spelling of {named_in}, and your ~/.ssh/config alias"],
         ), False
     if _NO_ANSWER.search(stderr):
         why = "the connection was refused" if "refused" in stderr else "no answer (timed out)"

@@ -88,6 +88,7 @@ def test_scp_gets_the_transport_s_options_and_program(image, monkeypatch):
     ("stderr", "headline", "hint"),
     [
         ("ssh: connect to host h port 22: Connection refused", "cannot reach al@h over ssh", "VPN or ProxyJump"),
+        ("ssh: Could not resolve hostname h: Name or service not known", "cannot reach al@h over ssh", "container.push_host"),
         ("al@h: Permission denied (publickey).", "al@h refused the ssh login", "IdentityFile"),
         ("Host key verification failed.", "the host key of al@h could not be verified", "accept the key"),
     ],
