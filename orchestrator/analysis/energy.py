@@ -108,7 +108,7 @@ def parse_sacct_energy(text: str) -> dict[str, tuple[JobRun, ...]]:
 
 def plugin_records(plugin: str | None) -> bool:
     """Whether an AcctGatherEnergyType gathers energy at all (``.../none`` and ``(null)`` do not)."""
-    return bool(plugin) and plugin != "(null)" and not plugin.endswith("/none")  # type: ignore[union-attr]
+    return plugin is not None and plugin not in ("", "(null)") and not plugin.endswith("/none")
 
 
 def plugin_scope(plugin: str | None) -> str:
@@ -249,14 +249,15 @@ def choose(
 ) -> Energy:
     """The first source with a value, in the module's order."""
     notes: list[str] = []
-    for source, (joules, note), scope in (
+    ordered: list[tuple[Source, tuple[float | None, str], str | None]] = [
         ("accounting", accounted, plugin_scope(plugin)),
         ("sampled", sampled, "gpu"),
         ("estimate", estimated, "gpu"),
-    ):
+    ]
+    for source, (joules, note), scope in ordered:
         notes.append(note)
         if joules is not None:
-            return Energy(joules, source, scope, tuple(notes))  # type: ignore[arg-type]
+            return Energy(joules, source, scope, tuple(notes))
     return Energy(None, None, None, tuple(notes))
 
 
@@ -274,13 +275,13 @@ class Emissions:
 def emissions(energy: Energy, pue: float | None, carbon_g_per_kwh: float | None, where: str) -> Emissions:
     """kWh x PUE x g/kWh, in kg; ``where`` names the source of PUE and intensity."""
     missing = [name for name, v in (("PUE", pue), ("carbon intensity", carbon_g_per_kwh)) if v is None]
-    if missing:
+    if missing or pue is None or carbon_g_per_kwh is None:  # (the same test, said so the types narrow)
         return Emissions(
             None, pue, carbon_g_per_kwh, f"no {' or '.join(missing)}: set the profile's site section or pass --pue/--carbon-intensity"
         )
     if energy.kwh is None:
         return Emissions(None, pue, carbon_g_per_kwh, f"no energy; PUE and intensity from {where}")
-    return Emissions(energy.kwh * pue * carbon_g_per_kwh / 1000, pue, carbon_g_per_kwh, where)  # type: ignore[operator]
+    return Emissions(energy.kwh * pue * carbon_g_per_kwh / 1000, pue, carbon_g_per_kwh, where)
 
 
 def as_metrics(energy: Energy, em: Emissions) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +12,9 @@ from orchestrator.cli.options import FiniteFloat, cluster_option, deprecated_sho
 from orchestrator.cli.remote import forwarded, hinting, remote_option, run_remote
 from orchestrator.errors import OrchestratorError
 from orchestrator.pipeline.runargs import run_options, spec_from_options
+
+if TYPE_CHECKING:
+    from orchestrator.scripts.plan import Form  # click's Choice gives one of its values
 
 # --next-wave: the first wave's submission time (seconds since 1970), which items' jobs are compared with.
 SINCE = FiniteFloat(min=0)
@@ -26,7 +30,7 @@ REMOTE_CLUSTER = "With --remote: the cluster whose login node runs it (default: 
 @cluster_option(old_short=False)
 @click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
 @click.option("--name", default=None, help="Item name outside DVC (inside a stage DVC_STAGE names it).")
-def run(cluster: str | None, form: str | None, name: str | None, **options) -> None:
+def run(cluster: str | None, form: Form | None, name: str | None, **options) -> None:
     """Run one job: what a DVC stage's cmd calls for a matrix item.
 
     Plans and renders the item's script (the one `orchestrator render` shows),
@@ -39,7 +43,7 @@ def run(cluster: str | None, form: str | None, name: str | None, **options) -> N
     from orchestrator.util.runner import SubprocessRunner
 
     ctx = foreground.Context.from_environment(name)
-    foreground.run_item(ctx, spec_from_options(options), cluster, form, SubprocessRunner())  # type: ignore[arg-type]
+    foreground.run_item(ctx, spec_from_options(options), cluster, form, SubprocessRunner())
 
 
 @click.command()

@@ -7,11 +7,15 @@ import errno
 import fnmatch
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from orchestrator.cli.options import cluster_option, project_option, table
 from orchestrator.errors import OrchestratorError, PipelineError
+
+if TYPE_CHECKING:
+    from orchestrator.scripts.plan import Form  # click's Choice gives one of its values
 
 
 @click.command()
@@ -35,7 +39,7 @@ from orchestrator.errors import OrchestratorError, PipelineError
 @click.option("--no-shellcheck", is_flag=True, help="With --check: skip shellcheck.")
 @project_option
 def render(
-    targets: tuple[str, ...], cluster: str | None, out: Path | None, form: str | None, do_check: bool, no_shellcheck: bool, project: Path
+    targets: tuple[str, ...], cluster: str | None, out: Path | None, form: Form | None, do_check: bool, no_shellcheck: bool, project: Path
 ) -> None:
     """Write the job script of every matrix item that calls `orchestrator run`.
 
@@ -52,7 +56,7 @@ def render(
     with contextlib.ExitStack() as stack:
         if out is not None:  # checked before the matrix is planned, which takes minutes for a big one
             out_dir = _enter(stack, matrix.scripts_folder(out), out, "--out")
-        rendered = matrix.render_matrix(project, cluster, runner, targets, form)  # type: ignore[arg-type]
+        rendered = matrix.render_matrix(project, cluster, runner, targets, form)
         if not rendered.plans:
             raise _nothing_orchestrated(project, targets)
         found = cluster_checks.Findings()

@@ -91,17 +91,18 @@ def source(wheels: Path | None, build_in: Path, runner: Runner, say: Callable[[s
 def build_wheel(tree: Path, into: Path, runner: Runner) -> Path:
     """``pip wheel --no-deps`` of ``tree`` into ``into``: the wheel, checked to be this side's version."""
     done = runner.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(into), "--", str(tree)], timeout=600)
-    built = [p for p in into.glob("*.whl") if WHEEL_NAME.fullmatch(p.name)]
+    built = [(p, m) for p in into.glob("*.whl") if (m := WHEEL_NAME.fullmatch(p.name))]
     if done.returncode != 0 or not built:
         raise RemoteError(
             f"cannot build the wheel of {tree} here (pip wheel, exit {done.returncode})",
             done.stderr.strip().splitlines()[-8:],
             hints=["build it yourself (python3 -m pip wheel --no-deps -w DIR .) and pass --wheels DIR"],
         )
-    version = WHEEL_NAME.fullmatch(built[0].name)["version"]  # type: ignore[index]
+    wheel, name = built[0]
+    version = name["version"]
     if version != __version__:
         raise RemoteError(f"{tree} builds {DISTRIBUTION} {version}, but this side runs {__version__}: nothing was sent")
-    return built[0]
+    return wheel
 
 
 def install(session: Session, runner: Runner, wheels: Path | None, python: str, system_site: bool, say: Callable[[str], None]) -> str:

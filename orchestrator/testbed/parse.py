@@ -34,4 +34,5 @@ def node_is_up(state: str | None) -> bool:
 
 def parse_associations(sacctmgr_output: str) -> set[tuple[str, str, str]]:
     """``sacctmgr -n -P show assoc format=cluster,account,user`` -> {(cluster, account, user)}."""
-    return {tuple(line.split("|")[:3]) for line in sacctmgr_output.splitlines() if line.count("|") >= 2}  # type: ignore[misc]
+    rows = (line.split("|") for line in sacctmgr_output.splitlines() if line.count("|") >= 2)
+    return {(cluster, account, user) for cluster, account, user, *_ in rows}
