@@ -50,6 +50,7 @@ class _Timed:
             self.loader.fetch_s += self.loader.fetched_at - start
 
     def __len__(self) -> int:
+        # torch's loader iterators have a length; their class, the type that says so, is private.
         return len(self.inner)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:

@@ -53,7 +53,7 @@ def evenly_spaced(rows: Dataset, count: int) -> Dataset:
     them when ``count`` is 0 or not fewer. A pass over the whole held-out split of a corpus of
     billions of tokens would take longer than the training it checks; a fixed sample keeps the
     validation loss comparable between runs and layouts (every layout reads the same rows)."""
-    total = len(rows)  # type: ignore[arg-type]
+    total = len(rows)  # type: ignore[arg-type]  # torch's Dataset declares no __len__ (a map-style one may lack it); these have one
     if not count or count >= total:
         return rows
     return Subset(rows, [i * total // count for i in range(count)])

@@ -159,10 +159,10 @@ def _series(stage, name, runs, profiles, accounting, overrides, source) -> Serie
     runs = sorted(runs, key=lambda r: (_gpus(r) is None, _gpus(r) or 0, r.expected.nodes or 0, r.expected.item))
     points = [_point(r) for r in runs]
     scaled = scale(points)
-    units = {throughput_of(r.metrics)[1] for r in runs if r.metrics is not None} - {None}
+    units = {unit for r in runs if r.metrics is not None and (unit := throughput_of(r.metrics)[1]) is not None}
     notes = []
     if len(units) > 1:
-        notes.append(f"the runs report different throughputs ({', '.join(sorted(units))}): compare with care")  # type: ignore[arg-type]
+        notes.append(f"the runs report different throughputs ({', '.join(sorted(units))}): compare with care")
     b = baseline_index(points)
     baseline = runs[b].expected.config if b is not None else None
     smallest = runs[0].expected.config if runs else None

@@ -71,12 +71,13 @@ def scale(points: Sequence[ScalingPoint]) -> list[Scaled]:
     if b is None:
         return [Scaled(None, None, None) for _ in points]
     base = points[b]
+    assert base.throughput is not None  # baseline_index chose it for having one
     out = []
     for p in points:
         if p.throughput is None or p.gpus < 1:
             out.append(Scaled(None, None, None))
             continue
-        speedup = p.throughput / base.throughput  # type: ignore[operator]
+        speedup = p.throughput / base.throughput
         ideal = p.gpus / base.gpus
         out.append(Scaled(speedup, ideal, speedup / ideal))
     return out

@@ -186,7 +186,7 @@ def _is(value: object, kind: object) -> bool:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if kind == "overrides":
         return isinstance(value, dict) and all(isinstance(k, str) and _is(v, "strings") for k, v in value.items())
-    return isinstance(value, kind)  # type: ignore[arg-type]
+    return isinstance(kind, type) and isinstance(value, kind)
 
 
 def _point_problems(point: dict, name: str, i: int) -> list[str]:
