@@ -156,7 +156,8 @@ def _converter():
             raise TypeError(f"expected a list, found {type(value).__name__} {value!r}")
         return conv._structure_tuple(value, kind)
 
-    conv.register_structure_hook_func(lambda t: typing.get_origin(t) is tuple, sequence)
+    # typeshed's first get_origin overload (ParamSpecArgs -> ParamSpec) is the one an untyped argument picks.
+    conv.register_structure_hook_func(lambda t: typing.get_origin(t) is tuple, sequence)  # type: ignore[comparison-overlap]
     return conv
 
 
