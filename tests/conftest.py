@@ -13,11 +13,28 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
+from hypothesis import settings as hypothesis_settings
 
 # The helpers' own asserts get pytest's detailed messages too; registered before they are imported.
 pytest.register_assert_rewrite("fakes", "support")
 
 from support import IMAGE_CACHE, ROOT, container_cli, fabricate, invoke, make_project, make_tiny, require_root_and_apt, skip_or_fail  # noqa: E402
+
+# Property tests without a count of their own: hypothesis's full 100 under CI=true, 20 for a
+# developer's run (support.examples scales the tests that name their count the same way).
+hypothesis_settings.register_profile("ci", max_examples=100)
+hypothesis_settings.register_profile("dev", max_examples=20)
+hypothesis_settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
+
+# Session fixtures run once per pytest-xdist worker, and other pytest runs may share this
+# machine: the steps that install or start a machine-wide component hold this file's lock.
+_LOCKS = Path("/tmp/orchestrator-tests-locks")
+
+
+def _machine_lock(name: str) -> FileLock:
+    _LOCKS.mkdir(exist_ok=True)
+    return FileLock(_LOCKS / f"{name}.lock")
 
 
 def pytest_addoption(parser):
@@ -35,6 +52,14 @@ _MARK_BY_FOLDER = {"slurm": "slurm", "apptainer": "apptainer", "ssh": "ssh"}
 _MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image": "apptainer", "sshd": "ssh"}
 
 
+# Under pytest-xdist (`--dist loadgroup`, tests/run.sh), the tests of one daemon run one after
+# another on one worker: the testbed's tests share two nodes and some change the cluster (a node
+# down, a restarted controller, submission limits, the whole queue counted or cancelled).
+# The other tests fill the other workers meanwhile.
+_GROUP_BY_MARK = {"slurm": "slurm", "apptainer": "apptainer", "ssh": "ssh"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         parts = Path(item.path).relative_to(ROOT / "tests").parts
@@ -42,6 +67,20 @@ def pytest_collection_modifyitems(config, items):
         wanted |= {mark for fixture, mark in _MARK_BY_FIXTURE.items() if fixture in item.fixturenames}
         for mark in sorted(wanted - {m.name for m in item.iter_markers()}):
             item.add_marker(mark)
+        # The first of slurm, apptainer, ssh: a Slurm job in a container is the testbed's.
+        group = next((_GROUP_BY_MARK[m] for m in _GROUP_BY_MARK if item.get_closest_marker(m)), None)
+        if group is None and _uses_a_module_fixture(item):
+            # Its module's tests on one worker: a module fixture (a pipeline reproduced, runs
+            # trained) would otherwise be set up again on every worker that gets one of them.
+            group = item.nodeid.split("::")[0]
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _uses_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info else ()
+    return any(d.scope in ("module", "class", "package") for chain in defs for d in chain)
 
 
 @pytest.fixture
@@ -91,7 +130,8 @@ def slurm_testbed():
 
     require_root_and_apt("the Slurm testbed")
     settings = LocalSlurmSettings.for_this_machine()
-    Testbed(settings, timeout=180).up()
+    with _machine_lock("testbed"):  # up is idempotent, but two at once would start the daemons twice
+        Testbed(settings, timeout=180).up()
     if os.environ.get("CI") == "true":
         _cancel_leftover_jobs()
     return settings
@@ -240,7 +280,8 @@ def apptainer() -> str:
     """
     script = ROOT / "containers" / "install-apptainer.sh"
     require_root_and_apt("installing Apptainer (containers/install-apptainer.sh)")
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
+    with _machine_lock("apptainer"):
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"{script} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
     path = shutil.which("apptainer")

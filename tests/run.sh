@@ -3,6 +3,11 @@
 # and PyPI packages; idempotent and quick when present), then runs pytest.
 # Extra arguments go to pytest, e.g. `bash tests/run.sh -k render`; `--fast` first runs only
 # what needs no root daemon (no Slurm testbed, Apptainer or sshd).
+#
+# The tests run in parallel (pytest-xdist, --dist loadgroup): the fast tier on one worker per
+# core; the whole suite on two more, because the tests of each daemon (one group each,
+# tests/conftest.py) mostly wait for Slurm or a build while the others use the cores.
+# `-n 0` among the extra arguments runs everything in this one process instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -20,11 +25,14 @@ if ((${#missing[@]})); then
   fi
 fi
 
-fast=()
+cores="$(nproc)"
+selection=()
+workers="$((cores + 2))"
 if [ "${1:-}" = --fast ]; then
   shift
-  fast=(-m "not slurm and not apptainer and not ssh")
+  selection=(-m "not slurm and not apptainer and not ssh")
+  workers="$cores"
 fi
 
 python3 -m pip install -q -e '.[train,test,docs]'
-exec python3 -m pytest "${fast[@]}" "$@"
+exec python3 -m pytest -n "$workers" --dist loadgroup "${selection[@]}" "$@"

@@ -8,6 +8,7 @@ inside the helpers that use them, so a unit test that needs none of them stays l
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import importlib.util
@@ -19,6 +20,7 @@ import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +41,12 @@ def skip_or_fail(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"{reason}, and CI=true: CI must run this test (the test command installs what it needs)")
     pytest.skip(reason)
+
+
+def examples(count: int) -> int:
+    """A property test's example count: ``count`` under CI=true, a fifth of it (at least 10)
+    for a developer's run, so that the fast tier stays fast and CI still explores fully."""
+    return count if os.environ.get("CI") == "true" else max(10, count // 5)
 
 
 def require(tool: str) -> str:
@@ -97,8 +105,29 @@ def make_project(where: Path, dvc_yaml: str | None = None, params_yaml: str | No
     # The shipped stages depend on the image's digest file (none.digest: no image).
     (where / "containers").mkdir(exist_ok=True)
     shutil.copy(ROOT / "containers/none.digest", where / "containers/none.digest")
-    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=where, check=True)
+    dvc_init(where, scm=False)
     return where
+
+
+_DVC_TEMPLATES: dict[bool, Path] = {}
+
+
+def dvc_init(where: Path, scm: bool) -> None:
+    """What `dvc init` (``--no-scm`` unless ``scm``; ``-f``: any .dvc/ there is replaced) writes,
+    copied from one project initialised once per test process: about a second saved in each of
+    the many tests that make a project."""
+    template = _DVC_TEMPLATES.get(scm)
+    if template is None:
+        template = Path(tempfile.mkdtemp(prefix="orchestrator-dvc-template-"))
+        if scm:
+            subprocess.run(["git", "init", "-q"], cwd=template, check=True)
+        subprocess.run(["dvc", "init", "-q", *([] if scm else ["--no-scm"])], cwd=template, check=True)
+        _DVC_TEMPLATES[scm] = template
+        atexit.register(shutil.rmtree, template, True)
+    shutil.rmtree(where / ".dvc", ignore_errors=True)
+    # shutil.copy, not copy2: .dvc/tmp/btime's modification time is the project's own birth time.
+    shutil.copytree(template / ".dvc", where / ".dvc", copy_function=shutil.copy)
+    shutil.copy(template / ".dvcignore", where / ".dvcignore")
 
 
 SWEEP_DVC_YAML = """\
@@ -138,7 +167,7 @@ def with_git(project: Path, message: str) -> Path:
     """``project`` (a DVC project) made a git repository too, everything in it committed."""
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    subprocess.run(["dvc", "init", "-q", "-f"], cwd=project, check=True)  # with git this time
+    dvc_init(project, scm=True)  # with git this time
     subprocess.run([*git, "add", "-A"], cwd=project, check=True)
     subprocess.run([*git, "commit", "-q", "-m", message], cwd=project, check=True)
     return project

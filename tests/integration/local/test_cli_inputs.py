@@ -23,6 +23,7 @@ import yaml
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from support import ACCOUNT, make_project
+from support import examples as scaled
 
 SANDBOX = Path(tempfile.mkdtemp(prefix="orch-inputs-"))
 PROJECT = SANDBOX / "project"
@@ -65,7 +66,7 @@ QUICK = {"ORCH_POLL_FIRST_S": "0.05", "ORCH_POLL_MAX_S": "0.2", "PATH": f"{FAKE_
 
 
 def fuzz(examples: int) -> settings:
-    return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    return settings(max_examples=scaled(examples), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
 def setup_module() -> None:

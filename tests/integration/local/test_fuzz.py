@@ -22,6 +22,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from support import ACCOUNT, HOSTILE_DVC_YAML, ROOT, calls, install_recorders, invoke, make_project
+from support import examples as scaled
 
 from orchestrator.config import profile
 from orchestrator.config.params import Settings
@@ -68,7 +69,8 @@ WORKSPACES = [SANDBOX / "ws plain", SANDBOX / "ws 'q' $(touch CANARY) `x` ; & |"
 
 
 def fuzz(examples: int) -> settings:
-    return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    checks = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    return settings(max_examples=scaled(examples), deadline=None, suppress_health_check=checks)
 
 
 # The container runtime, recording: skip `exec` and the options (those of a rendered

@@ -6,6 +6,7 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from orchestrator.analysis import layout as lay
 from orchestrator.errors import PlanError
@@ -259,7 +260,7 @@ def test_bad_values_raise_with_a_message(make, message):
     assert message in err.value.render()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     parameters=st.sampled_from([125e6, 1.3e9, 7e9, 13e9, 70e9, 175e9]),
     nodes=st.sampled_from([1, 2, 3, 4, 8, 16]),

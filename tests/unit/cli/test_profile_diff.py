@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import invoke, write_operators
+from support import examples, invoke, write_operators
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ SPECS = st.one_of(
 
 
 @given(spec=SPECS)
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_any_rev_path_resolves_inside_the_scratch_folder_or_is_refused(tmp_path_factory, spec):
     """Any spec: read from inside the scratch folder, taken as a file or folder here (no REV:PATH),
     or refused with an OrchestratorError; never a traceback, never a write outside the scratch folder."""

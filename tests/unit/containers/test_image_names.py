@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from orchestrator.containers import catalog, images
 from orchestrator.containers.images import ContainerError
@@ -27,7 +28,7 @@ KEYS = st.one_of(
 
 
 @given(keys=st.lists(KEYS, min_size=1, max_size=5, unique_by=lambda k: (type(k), k)))
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_every_image_name_stays_in_its_folders_or_the_file_is_refused(tmp_path_factory, keys):
     project = tmp_path_factory.mktemp("names")
     (project / "containers").mkdir()

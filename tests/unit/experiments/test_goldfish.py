@@ -8,7 +8,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import ROOT, require_training
+from support import ROOT, examples, require_training
 
 H = 13
 
@@ -31,7 +31,7 @@ def test_drops_about_one_in_k_and_never_the_first_h(k):
     assert dropped == pytest.approx(1 / k, rel=0.15)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     tokens=st.lists(st.integers(0, 50_000), min_size=H + 1, max_size=80),
     k=st.integers(2, 6),

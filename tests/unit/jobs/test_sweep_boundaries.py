@@ -16,7 +16,7 @@ import pytest
 from fakes import FakeSlurm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import GIT_ENV, invoke, sweep_project_on_testbed
+from support import GIT_ENV, examples, invoke, sweep_project_on_testbed
 from test_sweep import SlurmAndGit
 
 from orchestrator.errors import ConfigError, OrchestratorError, PlanError
@@ -306,7 +306,9 @@ overrides = st.one_of(
     st.text(max_size=16),
 )
 specs = st.one_of(overrides, st.builds(lambda f, o: f"{f}:{o}", paths, overrides))
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 
 @FUZZ

@@ -6,6 +6,7 @@ import subprocess
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from orchestrator.pipeline import cmdline
 
@@ -36,7 +37,7 @@ def test_plain_argv_rejects_what_a_shell_would_interpret():
         assert problems and expected in " ".join(problems), (cmd, problems)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text(alphabet=" \t'\"\\abc-=;$`\n*~#", max_size=30))
 def test_split_plain_agrees_with_shlex_on_plain_commands(cmd):
     argv, problems = cmdline.split_plain(cmd)
@@ -44,7 +45,7 @@ def test_split_plain_agrees_with_shlex_on_plain_commands(cmd):
         assert argv == shlex.split(cmd)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.text(alphabet=st.characters(blacklist_characters="\x00'$`\\", blacklist_categories=("Cs",)), max_size=12), min_size=1, max_size=5

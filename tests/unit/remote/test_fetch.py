@@ -16,6 +16,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.remote import fetch as fetching
@@ -614,7 +615,7 @@ ENTRY = st.one_of(
 )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(entry=ENTRY, name=st.sampled_from(["train@1", "ghost", "a\x1b[2Jb"]))
 def test_verified_outs_are_declared_outs_inside_the_project_or_an_orchestrator_error(entry, name):
     declared = {"out/1": fetching.Declared("out/1", True), "m1.json": fetching.Declared("m1.json", False)}

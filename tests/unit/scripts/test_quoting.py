@@ -4,6 +4,7 @@ import subprocess
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import examples
 
 from orchestrator.scripts import quoting
 
@@ -40,7 +41,7 @@ def test_quoted_values_never_span_lines():
         assert "\n" not in quoting.quote(value)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=20), min_size=1, max_size=5
