@@ -4,7 +4,9 @@
   on this machine, and the blocking ``srun`` form (srun allocates and waits
   inside the script).
 * :class:`SbatchBackend` submits the ``sbatch`` form and follows the job with
-  one ``sacct`` query for all jobs per poll (``squeue`` when accounting lags).
+  one ``sacct`` query for all jobs per poll (``squeue`` when accounting lags), through
+  the one :class:`~orchestrator.slurm.client.SlurmClient`, whose errors
+  (:class:`SchedulerError`, :class:`SchedulerUnreachable`, :class:`Refused`) it raises.
 
 Every command, and the local child process, goes through a
 :class:`~orchestrator.util.runner.Runner`.
@@ -12,7 +14,6 @@ Every command, and the local child process, goes through a
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import os
 import socket
@@ -23,26 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from orchestrator.errors import OrchestratorError
 from orchestrator.jobs import ledger
 from orchestrator.scripts import cluster_checks
 from orchestrator.scripts.plan import Plan
-from orchestrator.slurm import commands, states
+from orchestrator.slurm import commands
 from orchestrator.slurm import config as slurm_config
+from orchestrator.slurm.client import Refused, SchedulerError, SchedulerUnreachable, SlurmClient
 from orchestrator.slurm.states import JobInfo, State
 from orchestrator.util.runner import Process, Runner
 
-
-class SchedulerError(OrchestratorError):
-    """The scheduler refused a job or cannot be reached."""
-
-
-class Refused(SchedulerError):
-    """The scheduler answered and said no: no job was made."""
-
-    def __init__(self, headline: str, problems: Sequence[str] = (), hints: Sequence[str] = (), stderr: str = "") -> None:
-        self.stderr = stderr  # the scheduler's own words, for callers that word the error themselves
-        super().__init__(headline, problems, hints)
+__all__ = ["Accepted", "Backend", "ProcessBackend", "Refused", "SbatchBackend", "SchedulerError", "SchedulerUnreachable", "preflight"]
 
 
 @dataclass(frozen=True)
@@ -140,10 +131,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-# squeue states of a run that is ending, not of a new run.
-_WINDING_DOWN = ("COMPLETING", "STAGE_OUT", "SIGNALING")
-
-
 class SbatchBackend:
     name = "slurm"
 
@@ -151,6 +138,7 @@ class SbatchBackend:
         self.root = root
         self.runner = runner
         self.cluster_name = cluster_name
+        self.client = SlurmClient(runner)
         self._checked: set[tuple[str | None, str | None]] = set()
         self._named: dict[tuple[str, str, str], list[str]] = {}  # find()'s answers, until the next sbatch
 
@@ -174,56 +162,12 @@ class SbatchBackend:
     def sbatch(self, script: Path, workdir: str, what: str, after: Sequence[str] = (), exclude: Sequence[str] = ()) -> str:
         """Submit ``script`` to run in ``workdir``; the job id. :class:`Refused`, naming
         ``what``, when sbatch says no."""
-        argv = commands.sbatch_argv(str(script), workdir, after, exclude)
         self._named.clear()
-        done = self._run(argv, timeout=120)
-        if done.returncode != 0:
-            why = done.stderr.strip() or done.stdout.strip()
-            raise Refused(f"sbatch refused {what}: {why}", hints=[f"command: {' '.join(argv)}"], stderr=done.stderr)
-        try:
-            return commands.parse_sbatch(done.stdout)
-        except ValueError as exc:
-            raise SchedulerError(str(exc)) from exc
+        return self.client.submit(script, workdir, what, after, exclude)
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        """One sacct call for all jobs; squeue fills in jobs sacct does not list yet."""
-        if not job_ids:
-            return {}
-        found: dict[str, JobInfo] = {}
-        sacct = self._run(commands.sacct_argv(job_ids), timeout=60)
-        if sacct.returncode == 0:
-            found = commands.parse_sacct(sacct.stdout)
-        # Ask the controller about jobs the database lacks, and about jobs it says
-        # ended: Slurm requeues a --requeue job whose node failed, and the database
-        # learns of the new run after a while (seen: NODE_FAIL listed as the last run
-        # while the job was pending again). The controller is right about jobs it holds,
-        # and only it knows why a pending job waits now (the database's reason lags).
-        ask = [j for j in job_ids if j not in found or found[j].state.final or found[j].state == State.PENDING]
-        if ask:
-            try:
-                squeue = self._run(commands.squeue_argv(ask), timeout=60)
-            except SchedulerError:
-                if sacct.returncode != 0:
-                    raise
-                squeue = None  # the database answered: its word will do until the next poll
-            live = commands.parse_squeue(squeue.stdout) if squeue else {}  # squeue fails on unknown ids but may list the rest
-            for job_id, info in live.items():
-                ended = found.get(job_id)
-                if ended is None:
-                    found[job_id] = info
-                elif ended.state == State.PENDING:
-                    found[job_id] = dataclasses.replace(info, requeues=ended.requeues, node_failures=ended.node_failures)
-                elif info.state.active and not info.slurm_state.startswith(_WINDING_DOWN):
-                    # Running again: the run the database saw end was an earlier run.
-                    failed_on = (ended.nodelist,) if states.node_failed(ended.slurm_state) and ended.nodelist else ()
-                    found[job_id] = dataclasses.replace(info, requeues=ended.requeues + 1, node_failures=ended.node_failures + failed_on)
-                # else the database's answer stands (squeue may still show the run finishing)
-            if squeue is not None and squeue.returncode != 0 and sacct.returncode != 0:
-                # Neither the database nor the controller answered: say so, so the
-                # caller waits and asks again (never mistaking it for a lost job).
-                why = (sacct.stderr or sacct.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise SchedulerError(f"sacct and squeue both failed: {why[0]}")
-        return {j: found[j] for j in job_ids if j in found}
+        """One sacct call for all jobs; squeue fills in jobs sacct does not list yet (see :meth:`SlurmClient.query`)."""
+        return self.client.query(job_ids)
 
     def find(self, intent: ledger.Intent) -> str | None:
         """The job a killed submission left behind: called ``intent.job_name``, in
@@ -240,12 +184,12 @@ class SbatchBackend:
         if found is None:
             answered, found = False, []
             for argv in (commands.squeue_named_argv(user, intent.job_name), commands.sacct_named_argv(user, intent.job_name, since)):
-                done = self._run(argv, timeout=60)
+                done = self.client.run(argv)
                 if done.returncode == 0:
                     answered = True
                     found += [job for job, workdir in commands.parse_named(done.stdout) if os.path.normpath(workdir) == key[1]]
             if not answered:
-                raise SchedulerError(
+                raise SchedulerUnreachable(
                     "cannot tell whether an interrupted submission reached Slurm: squeue and sacct both failed",
                     hints=["run again when the controller answers"],
                 )
@@ -260,7 +204,7 @@ class SbatchBackend:
         if not nodes:
             return []
         try:
-            done = self._run(commands.sinfo_nodes_argv(nodes), timeout=60)
+            done = self.client.run(commands.sinfo_nodes_argv(nodes))
         except SchedulerError:
             return []
         return commands.parse_unhealthy(done.stdout) if done.returncode == 0 else []
@@ -268,21 +212,17 @@ class SbatchBackend:
     def exclude(self, job_id: str, nodes: Sequence[str]) -> bool:
         """Keep the (requeued, pending) job off ``nodes``; False if Slurm said no."""
         try:
-            return self._run(commands.exclude_argv(job_id, nodes), timeout=60).returncode == 0
+            return (
+                self.client.run(
+                    commands.exclude_argv(job_id, nodes),
+                ).returncode
+                == 0
+            )
         except SchedulerError:
             return False
 
     def cancel(self, job_ids: Sequence[str]) -> None:
-        if job_ids:
-            self._run(commands.scancel_argv(job_ids), timeout=60)
-
-    def _run(self, argv, timeout):
-        try:
-            return self.runner.run(argv, timeout=timeout)
-        except FileNotFoundError as exc:
-            raise SchedulerError(f"{argv[0]} is not installed here: is this a Slurm login node?") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise SchedulerError(f"{argv[0]} did not answer within {timeout} s: is the Slurm controller up?") from exc
+        self.client.cancel(job_ids)
 
 
 def preflight(runner: Runner, cluster_name: str | None, account: str | None) -> list[str]:
