@@ -13,28 +13,29 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 from hypothesis import settings as hypothesis_settings
 
 # The helpers' own asserts get pytest's detailed messages too; registered before they are imported.
 pytest.register_assert_rewrite("fakes", "support")
 
-from support import IMAGE_CACHE, ROOT, container_cli, fabricate, invoke, make_project, make_tiny, require_root_and_apt, skip_or_fail  # noqa: E402
+from support import (  # noqa: E402
+    IMAGE_CACHE,
+    ROOT,
+    container_cli,
+    fabricate,
+    invoke,
+    machine_lock,
+    make_project,
+    make_tiny,
+    require_root_and_apt,
+    skip_or_fail,
+)
 
 # Property tests without a count of their own: hypothesis's full 100 under CI=true, 20 for a
 # developer's run (support.examples scales the tests that name their count the same way).
 hypothesis_settings.register_profile("ci", max_examples=100)
 hypothesis_settings.register_profile("dev", max_examples=20)
 hypothesis_settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
-
-# Session fixtures run once per pytest-xdist worker, and other pytest runs may share this
-# machine: the steps that install or start a machine-wide component hold this file's lock.
-_LOCKS = Path("/tmp/orchestrator-tests-locks")
-
-
-def _machine_lock(name: str) -> FileLock:
-    _LOCKS.mkdir(exist_ok=True)
-    return FileLock(_LOCKS / f"{name}.lock")
 
 
 def pytest_addoption(parser):
@@ -130,7 +131,7 @@ def slurm_testbed():
 
     require_root_and_apt("the Slurm testbed")
     settings = LocalSlurmSettings.for_this_machine()
-    with _machine_lock("testbed"):  # up is idempotent, but two at once would start the daemons twice
+    with machine_lock():  # up is idempotent, but two at once would start the daemons twice
         Testbed(settings, timeout=180).up()
     if os.environ.get("CI") == "true":
         _cancel_leftover_jobs()
@@ -209,11 +210,16 @@ def sshd(tmp_path_factory):
         if shutil.which("apt-get") is None:
             skip_or_fail(f"the ssh tests need {' '.join(missing)}, and there is no apt-get to install them")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-        # policy-rc.d may be absent, but there is no init here to start the system's sshd; ours is separate anyway.
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=True, env=env, capture_output=True, timeout=900
-        )
+        with machine_lock():
+            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+            # policy-rc.d may be absent, but there is no init here to start the system's sshd; ours is separate anyway.
+            subprocess.run(
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                check=True,
+                env=env,
+                capture_output=True,
+                timeout=900,
+            )
     sshd_bin = _sshd_binary()
     assert sshd_bin, "openssh-server is installed but sshd is not found"
 
@@ -280,7 +286,7 @@ def apptainer() -> str:
     """
     script = ROOT / "containers" / "install-apptainer.sh"
     require_root_and_apt("installing Apptainer (containers/install-apptainer.sh)")
-    with _machine_lock("apptainer"):
+    with machine_lock():
         proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail(f"{script} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")

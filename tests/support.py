@@ -27,8 +27,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
+LOCKS = Path(tempfile.gettempdir()) / "orchestrator-tests-locks"
 # The account every testbed job and fake Slurm uses (the testbed profile's account_example).
 ACCOUNT = "project_465000858"
 
@@ -47,6 +49,14 @@ def examples(count: int) -> int:
     """A property test's example count: ``count`` under CI=true, a fifth of it (at least 10)
     for a developer's run, so that the fast tier stays fast and CI still explores fully."""
     return count if os.environ.get("CI") == "true" else max(10, count // 5)
+
+
+def machine_lock() -> FileLock:
+    """The lock around installing Debian packages or starting a machine-wide daemon: session
+    fixtures run once per pytest-xdist worker, other pytest runs may share the machine, and
+    two apt-get at once fail on dpkg's own lock."""
+    LOCKS.mkdir(exist_ok=True)
+    return FileLock(LOCKS / "machine.lock")
 
 
 def require(tool: str) -> str:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import require_root_and_apt, skip_or_fail
+from support import machine_lock, require_root_and_apt, skip_or_fail
 
 CHECK_IMAGES = """<script>
 window.addEventListener('load', () => {
@@ -32,10 +32,11 @@ def chromium() -> str:
         pytest.skip("Debian's chromium is not installed (under CI=true the test installs it: apt-get install -y chromium)")
     require_root_and_apt("installing chromium")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"], check=True, env=env, capture_output=True, timeout=1200
-    )
+    with machine_lock():  # another worker may be installing it, or another package
+        if not shutil.which("chromium"):
+            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600)
+            argv = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]
+            subprocess.run(argv, check=True, env=env, capture_output=True, timeout=1200)
     path = shutil.which("chromium")
     if not path:
         skip_or_fail("apt-get installed chromium but there is no chromium command")
