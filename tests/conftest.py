@@ -31,6 +31,10 @@ from support import (  # noqa: E402
     skip_or_fail,
 )
 
+# DVC starts a usage-report daemon (another Python) after each command it runs; the tests run
+# some thousand. Nothing here reads those reports.
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+
 # Property tests without a count of their own: hypothesis's full 100 under CI=true, 20 for a
 # developer's run (support.examples scales the tests that name their count the same way).
 hypothesis_settings.register_profile("ci", max_examples=100)
