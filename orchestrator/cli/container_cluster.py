@@ -102,8 +102,7 @@ def _here(project: Path, cluster: str | None, request: Request, runner, checked:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    clock = build_job.BuildPollClock(max_s=build_job.poll_max_s())
-    done = build_job.build_in_job(project, image, job, digest_file, runner, force=request.force, say=say, out=out, clock=clock)
+    done = build_job.build_in_job(project, image, job, digest_file, runner, force=request.force, say=say, out=out)
     if done.job_id is None:
         click.echo(f"{done.image}: up to date ({done.target}, {done.content_hash}); digest in {_shown(done.digest_file)}")
     else:

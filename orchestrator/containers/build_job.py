@@ -16,9 +16,6 @@ sbatch, squeue and sacct there):
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +24,10 @@ from orchestrator.containers.build import freshness, write_digest
 from orchestrator.containers.images import BuildError, ContainerError, Image
 from orchestrator.containers.inputs import prepare
 from orchestrator.containers.on_cluster import BuildJob, job_file, script, script_name
-from orchestrator.slurm import commands
+from orchestrator.slurm.client import Refused, SchedulerError, SchedulerUnreachable, SlurmClient
 from orchestrator.slurm.states import JobInfo, State
 from orchestrator.util import files
+from orchestrator.util.poll import Backoff, Clock, Poller
 from orchestrator.util.runner import Runner, Stopped
 
 SACCT_WAIT_S = 60.0  # slurmdbd may record a job that just ended a while later
@@ -45,14 +43,10 @@ class BuildJobOutcome:
     digest_file: Path
 
 
-@dataclass
-class BuildPollClock:
-    """Polling: how long to sleep between looks at the job (grows to ``max_s``)."""
-
-    sleep: Callable[[float], None] = time.sleep
-    now: Callable[[], float] = time.monotonic
-    first_s: float = 1.0
-    max_s: float = 10.0
+def polling() -> Backoff:
+    """The waits between looks at the job: 1 s growing to 10 s (a build's output is shown as it
+    comes), or as ORCH_POLL_FIRST_S and ORCH_POLL_MAX_S say."""
+    return Backoff.from_environment(first_s=1.0, factor=2.0, max_s=10.0)
 
 
 def build_in_job(
@@ -65,10 +59,14 @@ def build_in_job(
     force: bool = False,
     say: Callable[[str], None] = lambda line: None,
     out: Callable[[str], None] = lambda text: None,
-    clock: BuildPollClock | None = None,
+    clock: Clock | None = None,
+    backoff: Backoff | None = None,
 ) -> BuildJobOutcome:
-    """Build ``image`` into ``job.target`` in a Slurm job unless it is up to date there (see the module doc)."""
-    clock = clock or BuildPollClock()
+    """Build ``image`` into ``job.target`` in a Slurm job unless it is up to date there (see the
+    module doc). ``backoff``: the waits between looks at the job (default :func:`polling`)."""
+    clock = clock or Clock()
+    backoff = backoff or polling()
+    slurm = SlurmClient(runner)
     target = Path(job.target)
     prepared = prepare(project, image)
     fresh = freshness(prepared, target)
@@ -78,10 +76,10 @@ def build_in_job(
     workspace = Path(job.workspace)
     reason = "--force" if force else fresh.reason
     for attempt in range(2):  # a followed job may have built other inputs: then one of our own
-        job_id, followed = _submit_or_find(job, workspace, runner, say, reason)
+        job_id, followed = _submit_or_find(job, workspace, slurm, say, reason)
         output = workspace / job.output_of(job_id)
         try:
-            info = follow(job_id, output, runner, out, clock)
+            info = follow(job_id, output, slurm, out, lambda line: say(f"{image.name}: {line}"), Poller(backoff, clock=clock))
         except (Stopped, KeyboardInterrupt) as stop:  # only the following stops: the job is Slurm's
             say(f"{image.name}: stopped following build job {job_id}; it goes on (output: {output}); run the command again to follow it")
             if isinstance(stop, Stopped):
@@ -107,19 +105,26 @@ def build_in_job(
     raise AssertionError("unreachable")
 
 
-def _submit_or_find(job: BuildJob, workspace: Path, runner: Runner, say, reason: str | None) -> tuple[str, bool]:
+def _submit_or_find(job: BuildJob, workspace: Path, slurm: SlurmClient, say, reason: str | None) -> tuple[str, bool]:
     """The id of this image's build job still queued or running (followed), else of a new one."""
     record = job_file(Path(job.target))
     with files.locked(record.with_name(record.name + ".lock")):
         earlier = _recorded(record)
         if earlier is not None:
-            info = query(earlier, runner, final_wait=0)
+            try:
+                info = slurm.query([earlier]).get(earlier)
+            except SchedulerUnreachable as exc:
+                # Submitting blind could build the image twice at once, into the same file.
+                raise ContainerError(
+                    f"cannot tell whether build job {earlier} of image {job.image!r} still runs: {exc.headline}; nothing was submitted",
+                    hints=["run the command again when the Slurm controller answers"],
+                ) from exc
             if info is not None and info.state.active:
                 say(f"{job.image}: build job {earlier} of this image is {info.state.value}: following it instead of submitting another")
                 return earlier, True
         path = workspace / script_name(job.image)
         files.write_if_changed(path, script(job), mode=0o755)
-        job_id = sbatch(path, workspace, runner)
+        job_id = sbatch(path, workspace, slurm)
         files.atomic_write(record, f"{job_id}\n")
     say(f"{job.image}: building ({reason}) in Slurm job {job_id} on partition {job.partition}; output: {job.output_of(job_id)}")
     return job_id, False
@@ -133,50 +138,46 @@ def _recorded(record: Path) -> str | None:
     return text if text.isdigit() else None
 
 
-def sbatch(script_path: Path, workspace: Path, runner: Runner) -> str:
-    argv = commands.sbatch_argv(str(script_path), str(workspace))
+def sbatch(script_path: Path, workspace: Path, slurm: SlurmClient) -> str:
     try:
-        done = runner.run(argv, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ContainerError(f"cannot run sbatch: {exc}; nothing was submitted") from exc
-    if done.returncode != 0:
-        said = (done.stderr.strip() or done.stdout.strip()).splitlines()[-4:]
-        raise ContainerError(f"sbatch refused the build job ({' '.join(argv)}); nothing was submitted", hints=said)
-    try:
-        return commands.parse_sbatch(done.stdout)
-    except ValueError as exc:
-        raise ContainerError(str(exc)) from exc
+        return slurm.submit(script_path, workspace, "the build job")
+    except Refused as exc:
+        said = (exc.stderr.strip() or exc.headline).splitlines()[-4:]
+        raise ContainerError(f"sbatch refused the build job ({' '.join(exc.argv)}); nothing was submitted", hints=said) from exc
+    except SchedulerError as exc:
+        raise ContainerError(f"cannot run sbatch: {exc.headline}; nothing was submitted") from exc
 
 
-def query(job_id: str, runner: Runner, final_wait: float = SACCT_WAIT_S, clock: BuildPollClock | None = None) -> JobInfo | None:
-    """The job as squeue knows it while Slurm holds it, else as sacct does (waiting up to ``final_wait``
-    for slurmdbd to record it); None: neither knows it."""
-    done = runner.run(commands.squeue_argv([job_id]), timeout=60)
-    info = commands.parse_squeue(done.stdout).get(job_id) if done.returncode == 0 else None
-    if info is not None:
-        return info
-    clock = clock or BuildPollClock()
-    deadline = clock.now() + final_wait
+def follow(
+    job_id: str, output: Path, slurm: SlurmClient, out: Callable[[str], None], say: Callable[[str], None], poller: Poller
+) -> JobInfo | None:
+    """Stream the job's output file to ``out`` as it grows, until the job ends; how it ended (None:
+    neither squeue nor sacct has known it for :data:`SACCT_WAIT_S`).
+
+    While Slurm does not answer (the controller restarts, a command times out) the job is
+    still Slurm's: that is said, once, and the looks go on until it answers again."""
+    offset = 0
+    unknown_since: float | None = None  # when both answered without the job (slurmdbd may lag its end)
+    silent = False  # Slurm has not answered since it was last said
     while True:
-        done = runner.run(commands.sacct_argv([job_id]), timeout=60)
-        info = commands.parse_sacct(done.stdout).get(job_id) if done.returncode == 0 else None
-        if (info is not None and info.state.final) or clock.now() >= deadline:
-            return info
-        clock.sleep(2.0)
-
-
-def follow(job_id: str, output: Path, runner: Runner, out: Callable[[str], None], clock: BuildPollClock) -> JobInfo | None:
-    """Stream the job's output file to ``out`` as it grows, until the job ends; how it ended."""
-    offset, wait = 0, clock.first_s
-    while True:
-        info = query(job_id, runner, final_wait=0, clock=clock)
+        try:
+            info = slurm.query([job_id]).get(job_id)
+        except SchedulerUnreachable as exc:
+            if not silent:
+                say(f"cannot ask Slurm about build job {job_id} ({exc.headline}); still waiting for it")
+            silent, info = True, None
+        else:
+            if silent:
+                say(f"Slurm answers again: following build job {job_id}")
+            silent = False
+            now = poller.clock.now()
+            unknown_since = None if info is not None else unknown_since if unknown_since is not None else now
+            if info is None and unknown_since is not None and now - unknown_since >= SACCT_WAIT_S:
+                break
         offset = _stream(output, offset, out)
-        if info is None or info.state.final:
+        if info is not None and info.state.final:
             break
-        clock.sleep(wait)
-        wait = min(wait * 2, clock.max_s)
-    if info is None or not info.state.final:
-        info = query(job_id, runner, clock=clock)
+        poller.sleep()
     _stream(output, offset, out, final=True)
     return info
 
@@ -200,11 +201,3 @@ def _ended(info: JobInfo) -> str:
     code = f", exit {info.exit_code}" if info.exit_code not in (None, 0) else ""
     sig = f", signal {info.signal}" if info.signal else ""
     return f"{info.slurm_state}{code}{sig}"
-
-
-def poll_max_s() -> float:
-    """The longest wait between looks at the job: ORCH_POLL_MAX_S where set (the tests), else 10 s."""
-    try:
-        return max(0.1, float(os.environ.get("ORCH_POLL_MAX_S", "10")))
-    except ValueError:
-        return 10.0

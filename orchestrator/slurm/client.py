@@ -43,8 +43,11 @@ class SchedulerUnreachable(SchedulerError):
 class Refused(SchedulerError):
     """The scheduler answered and said no: no job was made."""
 
-    def __init__(self, headline: str, problems: Sequence[str] = (), hints: Sequence[str] = (), stderr: str = "") -> None:
+    def __init__(
+        self, headline: str, problems: Sequence[str] = (), hints: Sequence[str] = (), stderr: str = "", argv: Sequence[str] = ()
+    ) -> None:
         self.stderr = stderr  # the scheduler's own words, for callers that word the error themselves
+        self.argv = tuple(argv)  # the command that was refused
         super().__init__(headline, problems, hints)
 
 
@@ -68,7 +71,7 @@ class SlurmClient:
         done = self.run(argv, timeout=SUBMIT_TIMEOUT_S)
         if done.returncode != 0:
             why = done.stderr.strip() or done.stdout.strip()
-            raise Refused(f"sbatch refused {what}: {why}", hints=[f"command: {' '.join(argv)}"], stderr=done.stderr)
+            raise Refused(f"sbatch refused {what}: {why}", hints=[f"command: {' '.join(argv)}"], stderr=done.stderr, argv=argv)
         try:
             return commands.parse_sbatch(done.stdout)
         except ValueError as exc:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import subprocess
 from pathlib import Path
 
 import pytest
-from fakes import FakeRunner, ok
+from fakes import FakeClock, FakeRunner, ok
 
 from orchestrator.config import profile
 from orchestrator.config.profile import ContainerBuild
@@ -95,10 +96,10 @@ def setup(tiny, tmp_path):
     return tiny, job, digest
 
 
-def run(project, job, digest, cluster, force=False):
+def run(project, job, digest, cluster, force=False, clock=None):
     said, out = [], []
-    clock = build_job.BuildPollClock(sleep=lambda s: None)
     image = images.select(project, "tiny")
+    clock = clock or FakeClock()
     done = build_job.build_in_job(project, image, job, digest, cluster.runner, force=force, say=said.append, out=out.append, clock=clock)
     return done, said, "".join(out)
 
@@ -176,3 +177,99 @@ def test_a_refused_sbatch_records_nothing(setup):
         run(project, job, digest, cluster)
     assert "sbatch: error: invalid partition specified: debug" in err.value.hints
     assert not on_cluster.job_file(Path(job.target)).exists() and not digest.exists()
+
+
+# Slurm's own words when the controller and the database are down (as the testbed prints them).
+SQUEUE_DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
+SACCT_DOWN = "sacct: error: Problem talking to the database: Connection refused\n"
+
+
+def outage(cluster: Cluster, looks: int, squeue_times_out: bool = False) -> None:
+    """For the next ``looks`` queries neither sacct nor squeue answers (squeue by failing, or by not
+    answering in time); then Slurm answers again, as before."""
+    left = {"sacct": looks, "squeue": looks}
+    answer = {"sacct": cluster.sacct, "squeue": cluster.squeue}
+
+    def down(name):
+        def run(argv):
+            if left[name] > 0:
+                left[name] -= 1
+                if name == "squeue" and squeue_times_out:
+                    raise subprocess.TimeoutExpired(argv, 60)
+                return Completed(tuple(argv), 1, "", SQUEUE_DOWN if name == "squeue" else SACCT_DOWN)
+            return answer[name](argv)
+
+        return run
+
+    cluster.runner.answers.update(sacct=down("sacct"), squeue=down("squeue"))
+
+
+def test_a_controller_outage_while_following_is_waited_out_not_an_unknown_end(setup):
+    """Slurm silent for far longer than the wait for a lagging database (60 s): still following, said once."""
+    project, job, digest = setup
+    cluster = Cluster(project, job, running=2)
+    on_cluster.job_file(Path(job.target)).parent.mkdir(parents=True)
+    on_cluster.job_file(Path(job.target)).write_text("77\n")
+    cluster.queued["77"] = 2  # running: seen before submitting and at the first look, then Slurm goes silent
+    clock = FakeClock()
+    checked = cluster.runner.answers["squeue"]
+
+    def first_look_then_down(argv):
+        done = checked(argv)
+        if "77|RUNNING" in done.stdout and cluster.queued["77"] == 0:
+            outage(cluster, looks=40)
+        return done
+
+    cluster.runner.answers["squeue"] = first_look_then_down
+    done, said, out = run(project, job, digest, cluster, clock=clock)
+    assert done.job_id == "77" and cluster.runner.called("sbatch") == []
+    assert clock.t - 1000 > 2 * build_job.SACCT_WAIT_S  # the outage lasted well beyond it
+    silent = [line for line in said if "cannot ask Slurm about build job 77" in line]
+    assert len(silent) == 1 and "sacct and squeue both failed: sacct: error: Problem talking to the database" in silent[0], said
+    assert "still waiting for it" in silent[0]
+    assert any("Slurm answers again: following build job 77" in line for line in said), said
+    assert out == "tiny: building\ntiny: built\n" and digest.read_text() == f"{done.content_hash}\n"
+
+
+def test_a_squeue_timeout_while_following_is_a_message_not_a_traceback(setup):
+    project, job, digest = setup
+    cluster = Cluster(project, job, running=0)
+    outage(cluster, looks=3, squeue_times_out=True)
+    cluster.runner.answers["sacct"] = cluster.sacct  # the database answers: it does not list the job yet
+    done, said, _ = run(project, job, digest, cluster)
+    assert done.job_id == "100"
+    # sacct answered (nothing yet) while squeue timed out: the database's word stands, nothing to say.
+    assert not any("cannot ask Slurm" in line for line in said), said
+
+
+def test_a_squeue_timeout_with_the_database_down_is_a_message_and_the_job_is_followed(setup):
+    project, job, digest = setup
+    cluster = Cluster(project, job, running=0)
+    outage(cluster, looks=3, squeue_times_out=True)
+    done, said, _ = run(project, job, digest, cluster)
+    assert done.job_id == "100"
+    (silent,) = [line for line in said if "cannot ask Slurm about build job 100" in line]
+    why = "squeue did not answer within 60 s: is the Slurm controller up?"
+    assert silent == f"tiny: cannot ask Slurm about build job 100 ({why}); still waiting for it"
+
+
+def test_a_recorded_job_slurm_cannot_be_asked_about_submits_nothing(setup):
+    project, job, digest = setup
+    cluster = Cluster(project, job)
+    on_cluster.job_file(Path(job.target)).parent.mkdir(parents=True)
+    on_cluster.job_file(Path(job.target)).write_text("77\n")
+    outage(cluster, looks=1)
+    with pytest.raises(ContainerError) as err:
+        run(project, job, digest, cluster)
+    assert err.value.headline.startswith("cannot tell whether build job 77 of image 'tiny' still runs: sacct and squeue both failed")
+    assert err.value.headline.endswith("nothing was submitted") and cluster.runner.called("sbatch") == []
+
+
+def test_a_job_neither_squeue_nor_sacct_ever_knows_ends_unknown_after_the_database_wait(setup):
+    project, job, digest = setup
+    cluster = Cluster(project, job)
+    cluster.runner.answers["sbatch"] = ok("555\n")  # a job the fake Slurm never heard of
+    clock = FakeClock()
+    with pytest.raises(BuildError, match=r"build job 555 .* ended an unknown state \(neither squeue nor sacct knows it\)"):
+        run(project, job, digest, cluster, clock=clock)
+    assert build_job.SACCT_WAIT_S <= clock.t - 1000 <= build_job.SACCT_WAIT_S + 10
