@@ -354,6 +354,11 @@ def submit(
 
     now = now or time.time
     root = root.resolve()  # the copies are opened from inside themselves: a relative root would not name them
+    # Once, before any copy is made: the points are HEAD's params.yaml with -S, so a cluster whose
+    # values it does not hold would run the base's matrix in every point (each copy checks its own too).
+    from orchestrator.config import params as params_file
+
+    params_file.require_switched(params_file.load(root), Workspace.open(root, cluster, runner, form="sbatch").cluster, "submitted")
     sweep = define(root, runner, sets, targets, name)
     earlier = Sweep.path(root, sweep.name).exists()
     if earlier:
