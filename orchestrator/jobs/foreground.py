@@ -8,16 +8,16 @@ The script run is the script ``render`` writes, byte for byte: both go through
 
 from __future__ import annotations
 
+import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.analysis import energy
 from orchestrator.config import params, profile
-from orchestrator.errors import ConfigError, JobFailed, PipelineError, PlanError
+from orchestrator.errors import JobFailed, PipelineError, PlanError
 from orchestrator.jobs import backends, experiment, faults, ledger, provenance, together
 from orchestrator.jobs.submission import Submission, SubmitOutcome, attach_or_submit, bring_outputs
 from orchestrator.pipeline import fingerprint, invocation, stages
@@ -28,44 +28,23 @@ from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm import reasons
 from orchestrator.slurm.states import JobInfo, State
 from orchestrator.slurm.times import hms
+from orchestrator.util import poll
+from orchestrator.util.poll import Clock
 from orchestrator.util.runner import Runner
-
-
-@dataclass
-class Clock:
-    """Time and sleep, injectable so tests of waiting do not wait."""
-
-    now: Callable[[], float] = time.time
-    sleep: Callable[[float], None] = time.sleep
-
-
-def _env_seconds(name: str, default: float) -> Callable[[], float]:
-    def read() -> float:
-        text = os.environ.get(name)
-        if text is None:
-            return default
-        try:
-            value = float(text)
-        except ValueError:
-            value = float("nan")
-        if not 0 < value <= 86400:  # also false for nan
-            raise ConfigError(
-                f"environment variable {name}={text[:80]!r} is not a number of seconds between 0 and 86400",
-                hints=[f"unset it (default {default:g}) or set a positive number, e.g. {name}={default:g}"],
-            )
-        return value
-
-    return read
 
 
 @dataclass(frozen=True)
 class Polling:
     # Short at first (a quick local job is noticed at once), backing off to max_s
     # (a long Slurm job costs the scheduler one query a minute).
-    first_s: float = field(default_factory=_env_seconds("ORCH_POLL_FIRST_S", 0.5))
+    first_s: float = field(default_factory=lambda: poll.seconds_setting(poll.FIRST_ENV, 0.5))
     factor: float = 1.5
-    max_s: float = field(default_factory=_env_seconds("ORCH_POLL_MAX_S", 60))
+    max_s: float = field(default_factory=lambda: poll.seconds_setting(poll.MAX_ENV, 60))
     heartbeat_s: float = 300.0  # a "still running" line at most this often
+
+    @property
+    def backoff(self) -> poll.Backoff:
+        return poll.Backoff(self.first_s, self.factor, self.max_s)
 
 
 @dataclass
@@ -170,7 +149,7 @@ def run_item(
         outcome.record, outcome.info = record, info
         if fault is None or retries > scheduler.node_fault_retries:
             break
-        delay = scheduler.retry_backoff_s * 2 ** (retries - 1)
+        delay = poll.Backoff(scheduler.retry_backoff_s, 2, math.inf).nth(retries - 1)
         without = f" without {', '.join(fault.nodes)}" if fault.nodes else ""
         say(
             f"{ctx.item}: job {record.job_id} failed on a node fault ({fault.reason}); "
@@ -285,7 +264,7 @@ def wait(
     is reported at once with what to do; after ``stuck_timeout_s`` of that, JobFailed
     (the job stays queued: a later run follows it once it is released).
     """
-    interval = polling.first_s
+    poller = poll.Poller(polling.backoff, clock=clock)
     last: tuple | None = (info.state, info.reason) if info else None
     last_line = clock.now()
     stuck_since: float | None = None
@@ -305,12 +284,11 @@ def wait(
                     "stopped waiting (scheduler.stuck_timeout_s in the profile)",
                     hints=[blocked.what_to_do, f"the job stays queued: once it is released, a new run follows it; or `scancel {job_id}`"],
                 )
-        clock.sleep(interval)
-        interval = min(interval * polling.factor, polling.max_s)
+        poller.sleep()
         try:
             found = backend.query([job_id])
         except backends.SchedulerError as exc:
-            say(f"{item}: cannot ask the scheduler about job {job_id} ({exc.headline}); retrying in {interval:.0f} s")
+            say(f"{item}: cannot ask the scheduler about job {job_id} ({exc.headline}); retrying in {poller.next_s:.0f} s")
             continue
         info = found.get(job_id, info)
         if info is None:

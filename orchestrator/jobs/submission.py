@@ -22,13 +22,15 @@ from orchestrator.jobs import arrays, backends, ledger, provenance
 from orchestrator.scripts.plan import Plan
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import JobInfo, State
+from orchestrator.util.poll import Backoff, Clock, Poller
 from orchestrator.util.runner import Runner
 
 # Set by the recording job of `orchestrator submit`: attach to finished jobs, never submit.
 ATTACH_ONLY = "ORCH_ATTACH_ONLY"
 # Before a job the ledger holds as queued or running is taken for gone because Slurm does
 # not list it, Slurm is asked again after these pauses (s): its database lags its controller.
-LOOKUP_RETRY_S = (1.0, 2.0, 4.0, 8.0)
+LOOKUP_RETRY = Backoff(first_s=1.0, factor=2.0, max_s=8.0)
+LOOKUP_RETRY_S = LOOKUP_RETRY.waits(4)
 pause = time.sleep  # tests replace it
 
 
@@ -361,12 +363,10 @@ def lookup(backend: backends.Backend, job_ids: Sequence[str], live: Sequence[str
     list (it keeps running and pending jobs) nor, for a few seconds, the database's."""
     infos = dict(backend.query(list(job_ids)))
     lost = [job for job in (job_ids if live is None else live) if job not in infos]
-    for delay in LOOKUP_RETRY_S if lost else ():
-        pause(delay)
+    poller = Poller(LOOKUP_RETRY, clock=Clock(sleep=pause), tries=len(LOOKUP_RETRY_S))
+    while lost and poller.sleep():
         infos.update(backend.query(lost))
         lost = [job for job in lost if job not in infos]
-        if not lost:
-            break
     return infos
 
 

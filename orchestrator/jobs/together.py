@@ -34,6 +34,7 @@ from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import State
+from orchestrator.util.poll import Backoff, Poller
 from orchestrator.util.runner import Runner
 
 POLL_S = 0.5
@@ -129,6 +130,7 @@ def run_here(
     running: dict[str, str] = {}  # job id -> item
     ended: dict[str, State] = {}
     say(f"running {len(subs)} items of {names[0].split('@', 1)[0]} here, {min(slots, len(subs))} at a time")
+    poller = Poller(Backoff(first_s=POLL_S, factor=1.0, max_s=POLL_S))
     while waiting or running:
         while waiting and len(running) < slots:
             name = waiting.pop(0)
@@ -140,7 +142,7 @@ def run_here(
                 running[outcome.record.job_id] = name
         if not running:
             continue
-        time.sleep(POLL_S)
+        poller.sleep()
         for job_id, info in backend.query(list(running)).items():
             if info.state.active:
                 continue
