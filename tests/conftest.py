@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,11 @@ from support import (  # noqa: E402
 # DVC starts a usage-report daemon (another Python) after each command it runs; the tests run
 # some thousand. Nothing here reads those reports.
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+# The commands the tests run (dvc, orchestrator, pip's entry points) from this interpreter's own
+# folder first: a version manager's shims (pyenv's) cost a dozen shell processes each call.
+_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 
 # Property tests without a count of their own: hypothesis's full 100 under CI=true, 20 for a
 # developer's run (support.examples scales the tests that name their count the same way).
