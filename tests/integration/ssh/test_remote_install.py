@@ -1,6 +1,6 @@
 """`orchestrator remote install` over the loopback sshd: from a workstation clone, the one command puts
 this side's version in a venv under the cluster folder of a login node whose PATH has no orchestrator,
-and `--remote` then runs that venv's. Before it, --remote names the command (exit 2, nothing sent).
+and `--remote` then runs that venv's (`submit --remote` on the testbed). Before it, --remote names the command (exit 2, nothing sent).
 
 Feasible on a small machine: the wheel is built once here, and the venv there is made with
 --system-site-packages from this interpreter, whose site-packages already hold DVC and the other
@@ -8,16 +8,19 @@ dependencies, so pip installs offline (--wheels: --no-index) only the orchestrat
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import ROOT, one_error
+from support import ACCOUNT, ROOT, jobs_of, one_error
 
 from orchestrator import __version__
 
-pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+pytestmark = [pytest.mark.ssh, pytest.mark.slurm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +30,14 @@ def wheels(tmp_path_factory) -> Path:
     return folder
 
 
-def test_one_command_installs_this_version_there_and_remote_then_runs_it(login, tmp_path, wheels):
+def test_one_command_installs_this_version_there_and_remote_then_runs_it(slurm_testbed, login, tmp_path, wheels):
     project = login.workstation(tmp_path / "ws" / "proj")
-    login.set_setup(["export PATH=/usr/bin:/bin"])  # git, flock and setsid stay; this machine's orchestrator goes
+    # git, flock and setsid stay; this machine's orchestrator goes. DVC stays, as a site's module gives it: the
+    # venv made with --system-site-packages imports DVC from there but has no `dvc` command of its own, and
+    # the recording job runs `dvc repro`.
+    (tmp_path / "site-dvc").mkdir()
+    (tmp_path / "site-dvc" / "dvc").symlink_to(shutil.which("dvc"))
+    login.set_setup([f"export PATH=/usr/bin:/bin:{tmp_path / 'site-dvc'}"])
     one_error(login.orchestrator("status", "--remote", cwd=project), "not installed on login-node", "orchestrator remote install")
     assert not login.cluster_root.exists()
 
@@ -52,6 +60,21 @@ def test_one_command_installs_this_version_there_and_remote_then_runs_it(login, 
     assert "not installed" not in status.stderr and "Traceback" not in status.stdout + status.stderr
     assert f"running `orchestrator status` on login-node in {login.cluster_root / 'proj'}" in status.stderr, status.stderr
     log = next((login.cluster_root / "proj" / ".orchestrator" / "remote").glob("*-status-*/log")).read_text()
+    assert "command not found" not in log, log
+
+    # And submit --remote runs there, with the installed venv's orchestrator, on the testbed.
+    since = time.time()
+    submitted = login.orchestrator("submit", "--remote", cwd=project)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    assert "probe@layout0" in submitted.stdout and "probe@layout1" in submitted.stdout
+    names = Counter(j[1] for j in jobs_of(ACCOUNT, since, login.cluster_root / "proj", expect=3))
+    assert names == {"probe@layout0": 1, "probe@layout1": 1, "orchestrator-record": 1}, names
+    deadline = time.monotonic() + 240
+    while (states := {j[2] for j in jobs_of(ACCOUNT, since, login.cluster_root / "proj")}) - {"COMPLETED"}:
+        assert time.monotonic() < deadline and not states & {"FAILED", "CANCELLED", "TIMEOUT"}, states
+        time.sleep(2)
+    assert (login.cluster_root / "proj" / "out" / "1" / "rank1.txt").exists()  # the item ran there
+    log = next(p for p in (login.cluster_root / "proj" / ".orchestrator" / "remote").glob("*-submit-*/log")).read_text()
     assert "command not found" not in log, log
 
     # Run again: the venv is repaired in place, the same version.
