@@ -4,7 +4,7 @@ Pure arithmetic (no I/O, no clock, no torch): a model shape and the hardware bec
 every (data, tensor, pipeline) decomposition times ZeRO stage 0-3, each with its
 memory per GPU and a predicted communication time per training step. The feasible
 ones come back ranked, and every rejected one says why. `orchestrator plan`
-(:mod:`orchestrator.cli.plan`) prints them.
+(:mod:`orchestrator.cli.layout`) prints them.
 
 What each layout costs (memory, communication, the pipeline's bubble) and the papers the
 formulas come from: :mod:`~orchestrator.analysis.layout_costs`. Here: every layout of the

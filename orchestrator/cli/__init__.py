@@ -14,51 +14,108 @@ import click
 from orchestrator import __version__
 from orchestrator.errors import OrchestratorError
 
+# Where the documentation is: there is no hosted site, the pages are the source's docs/ folder.
+DOCS = "Documentation: the docs/ folder of the source, as a site with `pip install -e '.[docs]' && mkdocs serve`."
+
+# Every command, by the workflow step it belongs to: (name, "module:attribute", one-line summary).
+# --help prints these summaries without importing a command's module (a login node's start-up stays light);
+# tests/unit/cli/test_cli_grammar.py checks each equals its command's own first docstring line.
+SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
+    (
+        "Set up",
+        (
+            ("init", "orchestrator.cli.init:init", "Add what an existing DVC project needs: params section, ignores, images.yaml."),
+            ("clusters", "orchestrator.cli.clusters:clusters", "List the built-in cluster profiles (or `show` one)."),
+            ("use", "orchestrator.cli.use:use", "Switch the project to a cluster: write its values (clusters.NAME) into params.yaml."),
+            ("layout", "orchestrator.cli.layout:layout", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
+        ),
+    ),
+    (
+        "Run",
+        (
+            ("render", "orchestrator.cli.render:render", "Write the job script of every matrix item that calls `orchestrator run`."),
+            ("run", "orchestrator.cli.jobs:run", "Run one job: what a DVC stage's cmd calls for a matrix item."),
+            ("submit", "orchestrator.cli.jobs:submit", "Submit every stale orchestrated item at once and return (you may log out)."),
+            ("sweep", "orchestrator.cli.jobs:sweep", "Submit a grid search at once and return; its points become DVC experiments."),
+            ("exp", "orchestrator.cli.use:exp", "DVC experiments with a cluster's values: exp run --cluster NAME."),
+        ),
+    ),
+    (
+        "Follow",
+        (
+            ("status", "orchestrator.cli.jobs:status", "One table of the submitted items: state, job id, nodes, elapsed, exit code."),
+            ("logs", "orchestrator.cli.jobs:logs", "Print the log of ITEM's newest job."),
+            (
+                "show",
+                "orchestrator.cli.jobs:show",
+                "How ITEM's newest job was produced: code, profile, script, job, nodes; and how to re-run it.",
+            ),
+            ("cancel", "orchestrator.cli.jobs:cancel", "Cancel the running and pending jobs of TARGETS (default: all submitted items)."),
+        ),
+    ),
+    (
+        "Results",
+        (
+            ("record", "orchestrator.cli.jobs:record", "Record in dvc.lock every orchestrated item of TARGETS whose job succeeded."),
+            (
+                "fetch",
+                "orchestrator.cli.remote:fetch",
+                "Bring finished items' outputs and dvc.lock entries from the cluster, hash-checked.",
+            ),
+            ("report", "orchestrator.cli.report:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),
+            (
+                "profile-diff",
+                "orchestrator.cli.profile_diff:profile_diff",
+                "Compare two profiled runs' operators: calls and host time, baseline vs exp.",
+            ),
+        ),
+    ),
+    ("Images", (("container", "orchestrator.cli.container:container", "Container images: build the image jobs run in."),)),
+    (
+        "Remote",
+        (("remote", "orchestrator.cli.remote:remote", "The project on the cluster's login node: sync, attach, shell (see --remote)."),),
+    ),
+    (
+        "Development",
+        (("testbed", "orchestrator.cli.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."),),
+    ),
+)
+
+# Old command names, kept for one release: each says its new name on stderr, then runs it.
+RENAMED = {"plan": "layout"}
+
 
 class _Group(click.Group):
     """Turns user errors into one message and a non-zero exit, never a traceback.
 
-    Commands from other modules are imported only when used: ``orchestrator --help``
-    lists them from the help text given here (a login node's start-up stays light)."""
+    Every command's module is imported only when that command is used: ``orchestrator --help``
+    lists them from SECTIONS, grouped by workflow step, each summary whole."""
 
-    lazy: dict[str, tuple[str, str]] = {
-        "testbed": ("orchestrator.cli.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."),
-        "container": ("orchestrator.cli.container:container", "Container images: build the image jobs run in."),
-        "remote": ("orchestrator.cli.remote:remote", "The project on the cluster's login node: sync, attach, shell (see --remote)."),
-        "fetch": ("orchestrator.cli.remote:fetch", "Bring finished items' outputs and dvc.lock entries from the cluster, hash-checked."),
-        "init": ("orchestrator.cli.init:init", "Add what an existing DVC project needs: params section, ignores, images.yaml."),
-        "plan": ("orchestrator.cli.plan:plan", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
-        "use": ("orchestrator.cli.use:use", "Switch the project to a cluster: write its values (clusters.NAME) into params.yaml."),
-        "exp": ("orchestrator.cli.use:exp", "DVC experiments with a cluster's values: exp run --cluster NAME."),
-        "report": ("orchestrator.cli.report:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),
-        "profile-diff": (
-            "orchestrator.cli.profile_diff:profile_diff",
-            "Compare two profiled runs' operators: calls and host time, baseline vs exp.",
-        ),
-    }
+    lazy: dict[str, str] = {name: target for _, rows in SECTIONS for name, target, _ in rows}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *self.lazy])
+        return [name for _, rows in SECTIONS for name, _, _ in rows]
 
     def get_command(self, ctx: click.Context, name: str):
+        if name in RENAMED:
+            click.echo(f"orchestrator: `{name}` is now `{RENAMED[name]}`; the old name goes in the next release", err=True)
+            name = RENAMED[name]
         if name in self.lazy:
             import importlib
 
-            module, attr = self.lazy[name][0].split(":")
+            module, attr = self.lazy[name].split(":")
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        names = self.list_commands(ctx)
-        limit = formatter.width - 6 - max(map(len, names))
-        rows = []
-        for name in names:
-            if name in self.lazy:
-                rows.append((name, self.lazy[name][1]))
-            elif (cmd := super().get_command(ctx, name)) is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(limit)))
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        width = max(len(name) for name in self.lazy)  # one column for every section
+        for title, rows in SECTIONS:
+            with formatter.section(title):
+                formatter.write_dl([(name.ljust(width), summary) for name, _, summary in rows])
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        formatter.write_text(DOCS)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -86,15 +143,3 @@ def main() -> None:
     Each DVC stage item that calls `orchestrator run` becomes one job, planned
     from a cluster profile (partitions, topology, container, environment).
     """
-
-
-def _register() -> None:
-    from orchestrator.cli import clusters, jobs, render
-
-    main.add_command(clusters.clusters)
-    main.add_command(render.render)
-    for command in (jobs.run, jobs.submit, jobs.sweep, jobs.record, jobs.status, jobs.logs, jobs.show, jobs.cancel):
-        main.add_command(command)
-
-
-_register()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import FiniteFloat, cluster_option, display_path, project_option
+from orchestrator.cli.options import FiniteFloat, cluster_option, display_path, given_or_old, old_spelling, project_option
 from orchestrator.config.profile import BUILDERS
 from orchestrator.containers.build import DEFAULT_TIMEOUT, IMAGES_DIR, build
 from orchestrator.containers.images import CONTAINERS_DIR, ContainerError
@@ -54,13 +54,22 @@ def _stoppable(command):
 @click.argument("name", required=False)
 @click.option("--force", is_flag=True, help="Build even when the image is up to date.")
 @click.option(
-    "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None, help=f"Image file [default: {IMAGES_DIR}/NAME.sif]."
+    "--out",
+    "-o",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    callback=given_or_old,
+    show_default=f"{IMAGES_DIR}/NAME.sif",
+    help="Image file.",
 )
+@old_spelling("--output", "output", "--out (-o)", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--digest-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help=f"Where the image's content hash goes, for DVC [default: {CONTAINERS_DIR}/NAME.digest].",
+    show_default=f"{CONTAINERS_DIR}/NAME.digest",
+    help="Where the image's content hash goes, for DVC.",
 )
 @click.option(
     "--set",
@@ -121,7 +130,7 @@ def build_command(
     if on_cluster:
         from orchestrator.cli import container_cluster
 
-        clash = [flag for flag, given in (("--push", push), ("--output", output is not None)) if given]
+        clash = [flag for flag, given in (("--push", push), ("--out", output is not None)) if given]
         if clash:
             raise ContainerError(
                 f"--on-cluster puts the image where the profile's jobs read it (container.image): leave out {' and '.join(clash)}"
@@ -253,4 +262,7 @@ def push_target(ws) -> str:
     return f"{c.push_host}:{shipping.remote_image_path(c.image, values)}"
 
 
-from orchestrator.cli import container_verbs  # noqa: E402, F401  (registers list, exec, shell and clean on the group)
+from orchestrator.cli import container_verbs  # noqa: E402  (list, exec, shell and clean; they do not import this module)
+
+for _verb in (container_verbs.list_command, container_verbs.exec_command, container_verbs.shell_command, container_verbs.clean_command):
+    container.add_command(_verb)

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.container import container
-from orchestrator.cli.options import cluster_option, display_path, project_option, table
+from orchestrator.cli.options import cluster_option, display_path, given_or_old, old_spelling, project_option, table
 from orchestrator.containers import catalog
 from orchestrator.containers.images import ContainerError
 from orchestrator.containers.progress import size_text
@@ -72,16 +71,15 @@ def _interactive() -> bool:
 # --- list ------------------------------------------------------------------------------------
 
 
-@container.command("list")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True, help="A table, or JSON for scripts."
-)
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, callback=given_or_old, help="JSON for scripts instead of a table.")
+@old_spelling("--format", "as_json", "--json", type=click.Choice(["table", "json"]), convert=lambda fmt: fmt == "json")
 @project_option
-def list_command(fmt: str, project: Path) -> None:
+def list_command(as_json: bool, project: Path) -> None:
     """Each image of containers/images.yaml: built or not, up to date or stale and why,
     its content hash and SIF sha256, size, age, and where it was last pushed."""
     found = catalog.entries(project)
-    if fmt == "json":
+    if as_json:
         click.echo(json.dumps([e.as_json() for e in found], indent=1))
         return
     rows = [
@@ -129,7 +127,7 @@ def _pushed(e: catalog.Entry) -> str:
 # --- exec and shell ----------------------------------------------------------------------------
 
 
-@container.command("exec", context_settings={"allow_interspersed_args": False})
+@click.command("exec", context_settings={"allow_interspersed_args": False})
 @click.argument("name", required=False)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @cluster_option("Profile whose jobs' binds and environment the command gets")
@@ -151,7 +149,7 @@ def exec_command(name: str | None, command: tuple[str, ...], cluster: str | None
     sys.exit(run_session(project, cluster, name or "", sif, command, binds, "exec", _runner()))
 
 
-@container.command("shell")
+@click.command("shell")
 @click.argument("name", required=False)
 @cluster_option("Profile whose jobs' binds and environment the shell gets")
 @click.option("--bind", "binds", multiple=True, help="Extra directory to bind, as `orchestrator run --bind` (repeatable).")
@@ -274,7 +272,7 @@ def _wait(child: Process) -> int:
 # --- clean -------------------------------------------------------------------------------------
 
 
-@container.command("clean")
+@click.command("clean")
 @click.option("--dry-run", is_flag=True, help="Only print what would be removed.")
 @click.option("--yes", "-y", is_flag=True, help="Remove without asking.")
 @project_option

@@ -40,7 +40,7 @@ class Change:
 
 
 @click.command()
-@cluster_option("The profile this workspace runs on, written to params.yaml", default="default: local")
+@cluster_option("The profile this workspace runs on, written to params.yaml", default="local")
 @click.option("--account", default=None, help="Your Slurm account on that cluster, written to params.yaml (needed on a Slurm cluster).")
 @click.option(
     "--image",

@@ -22,13 +22,16 @@ SINCE = FiniteFloat(min=0)
 
 # The commands that read the ledger need no profile here; with --remote, the cluster names the login node,
 # as it does for submit --remote (`submit --remote --cluster lumi` then `status --remote --cluster lumi`).
-REMOTE_CLUSTER = "With --remote: the cluster whose login node runs it (default: params.yaml's orchestrator.cluster)"
+REMOTE_CLUSTER = "With --remote: the cluster whose login node runs it"
+REMOTE_CLUSTER_DEFAULT = "params.yaml's orchestrator.cluster"
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
 @run_options
 @cluster_option(old_short=False)
-@click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
+@click.option(
+    "--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, show_default="the profile's launcher", help="Script form."
+)
 @click.option("--name", default=None, help="Item name outside DVC (inside a stage DVC_STAGE names it).")
 def run(cluster: str | None, form: Form | None, name: str | None, **options) -> None:
     """Run one job: what a DVC stage's cmd calls for a matrix item.
@@ -111,7 +114,9 @@ def submit(
 @click.command()
 @click.argument("targets", nargs=-1)
 @click.option("--set-param", "-S", "sets", multiple=True, help="A param and its values, in DVC's sweep syntax (`dvc exp run -S`).")
-@click.option("--name", "-n", default=None, help="The sweep's name; its experiments are NAME-0, NAME-1, ... (default: from HEAD and -S).")
+@click.option(
+    "--name", "-n", default=None, show_default="from HEAD and -S", help="The sweep's name; its experiments are NAME-0, NAME-1, ..."
+)
 @click.option("--record", "record_name", default=None, metavar="NAME", help="Record sweep NAME's finished points as DVC experiments.")
 @cluster_option()
 @project_option
@@ -221,7 +226,7 @@ SHOWN_ROWS = 60
 @click.option("--sweep", "sweep_name", default=None, metavar="NAME", help="The items of sweep NAME's points not yet saved as experiments.")
 @project_option
 @remote_option
-@cluster_option(REMOTE_CLUSTER, default=None)
+@cluster_option(REMOTE_CLUSTER, default=REMOTE_CLUSTER_DEFAULT)
 def status(
     targets: tuple[str, ...], watch: bool, all_rows: bool, sweep_name: str | None, project: Path, remote: bool, cluster: str | None
 ) -> None:
@@ -309,7 +314,7 @@ def status(
 @click.option("--follow", "-f", is_flag=True, help="Keep printing as the job writes, until it ends.")
 @project_option
 @remote_option
-@cluster_option(REMOTE_CLUSTER, default=None)
+@cluster_option(REMOTE_CLUSTER, default=REMOTE_CLUSTER_DEFAULT)
 def logs(item: str, follow: bool, project: Path, remote: bool, cluster: str | None) -> None:
     """Print the log of ITEM's newest job."""
     import time
@@ -346,7 +351,7 @@ def logs(item: str, follow: bool, project: Path, remote: bool, cluster: str | No
 @click.argument("item")
 @project_option
 @remote_option
-@cluster_option(REMOTE_CLUSTER, default=None)
+@cluster_option(REMOTE_CLUSTER, default=REMOTE_CLUSTER_DEFAULT)
 def show(item: str, project: Path, remote: bool, cluster: str | None) -> None:
     """How ITEM's newest job was produced: code, profile, script, job, nodes; and how to re-run it."""
     from orchestrator.jobs import ledger, provenance
@@ -364,7 +369,7 @@ def show(item: str, project: Path, remote: bool, cluster: str | None) -> None:
 @click.argument("targets", nargs=-1)
 @project_option
 @remote_option
-@cluster_option(REMOTE_CLUSTER, default=None)
+@cluster_option(REMOTE_CLUSTER, default=REMOTE_CLUSTER_DEFAULT)
 def cancel(targets: tuple[str, ...], project: Path, remote: bool, cluster: str | None) -> None:
     """Cancel the running and pending jobs of TARGETS (default: all submitted items)."""
     from orchestrator.jobs import status as st

@@ -1,4 +1,16 @@
-"""Options and output shared by the commands, declared once so they cannot drift."""
+"""Options and output shared by the commands, declared once so they cannot drift.
+
+The grammar (tests/unit/cli/test_cli_grammar.py walks the click tree to hold it), chosen as DVC users know it:
+
+- Where output goes: ``-o/--out PATH`` (a folder, or a file where there is one file), as ``dvc stage add -o``.
+- Machine output: ``--json`` (a flag), as ``dvc exp show --json``. ``--format CHOICE`` only where there are more
+  forms than a table and JSON (``layout --format markdown``, ``clusters show --format yaml``).
+- Defaults: click's ``show_default`` (a value, or a string saying where it comes from), never "(default: x)" in a help text.
+- ``--cluster`` (no short flag) wherever a profile is resolved or a login node reached (with ``--remote``).
+- Short flags mean one thing across the commands, and ``run``'s are Slurm's (-c, -N, -G, -t, -p, -A).
+- An old spelling stays one release as a hidden alias that says the new one on stderr, then acts as it
+  (``old_spelling``, ``deprecated_short``; old command names in ``orchestrator.cli.RENAMED``).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +19,9 @@ import math
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,7 +29,7 @@ from orchestrator.errors import OrchestratorError
 
 # How `run`, `render`, `submit`, `report` and `container build --push` choose a profile
 # (config.selection does the choosing; this only says it).
-CLUSTER_DEFAULT = "default: params.yaml's orchestrator.cluster, else the profile whose cluster_name is Slurm's ClusterName, else local"
+CLUSTER_DEFAULT = "params.yaml's orchestrator.cluster, else the profile whose cluster_name is Slurm's ClusterName, else local"
 
 
 def cluster_option(what: str = "Built-in profile name or profile file", default: str | None = CLUSTER_DEFAULT, old_short: bool = True):
@@ -30,7 +43,7 @@ def cluster_option(what: str = "Built-in profile name or profile file", default:
     def decorate(f):
         if old_short:
             f = click.option("-c", "old_cluster", hidden=True, default=None, expose_value=False, callback=_old_cluster)(f)
-        return click.option("--cluster", default=None, callback=_not_empty, help=f"{what} ({default})." if default else f"{what}.")(f)
+        return click.option("--cluster", default=None, callback=_not_empty, show_default=default or False, help=f"{what}.")(f)
 
     return decorate
 
@@ -56,6 +69,41 @@ def _old_cluster(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 _OLD_CLUSTER = "orchestrator.old_cluster"
+
+
+def old_spelling(
+    old: str,
+    dest: str,
+    new: str,
+    *,
+    is_flag: bool = False,
+    type: click.ParamType | None = None,
+    convert: Callable[[Any], object] = lambda v: v,
+):
+    """A hidden option kept one release under its old name ``old``: says ``new`` on stderr, then gives its value
+    (through ``convert``) to parameter ``dest`` (whose option must take ``callback=given_or_old``), whichever
+    click processes first."""
+
+    def said(ctx: click.Context, param: click.Parameter, value: object) -> None:
+        if value is None or value is False:
+            return
+        click.echo(f"orchestrator: {old} is now {new}; the old spelling goes in the next release", err=True)
+        value = ctx.meta[_OLD + dest] = convert(value)
+        if dest in ctx.params and ctx.params[dest] in (None, False):  # the new option was processed first, not given
+            ctx.params[dest] = value
+
+    kind = {"is_flag": True} if is_flag else {"type": type}
+    return click.option(old, f"old_{dest}", hidden=True, default=None, expose_value=False, callback=said, **kind)
+
+
+def given_or_old(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    """The new option's value, else what its old spelling gave (``old_spelling``)."""
+    if value is None or value is False:
+        return ctx.meta.get(_OLD + (param.name or ""), value)
+    return value
+
+
+_OLD = "orchestrator.old."
 
 
 def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

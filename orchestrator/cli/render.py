@@ -23,12 +23,16 @@ if TYPE_CHECKING:
 @cluster_option()
 @click.option(
     "--out",
+    "-o",
     "out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Output folder [default: .orchestrator/scripts/CLUSTER].",
+    show_default=".orchestrator/scripts/CLUSTER",
+    help="Output folder.",
 )
-@click.option("--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, help="Script form (default: the profile's launcher).")
+@click.option(
+    "--form", type=click.Choice(["sbatch", "srun", "local"]), default=None, show_default="the profile's launcher", help="Script form."
+)
 @click.option(
     "--check",
     "do_check",

@@ -24,18 +24,22 @@ if TYPE_CHECKING:
 @cluster_option("Profile whose params overlay chose the matrix, also used for runs whose provenance names none")
 @click.option(
     "--out",
+    "-o",
     "out",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("reports"),
     show_default=True,
     help="Output folder (relative to the project).",
 )
-@click.option("--pue", type=FiniteFloat(min=1), default=None, help="Power usage effectiveness [default: each run's profile's site.pue].")
+@click.option(
+    "--pue", type=FiniteFloat(min=1), default=None, show_default="each run's profile's site.pue", help="Power usage effectiveness."
+)
 @click.option(
     "--carbon-intensity",
     type=FiniteFloat(min=0),
     default=None,
-    help="g CO2e per kWh [default: each run's profile's site.carbon_intensity_g_per_kwh].",
+    show_default="each run's profile's site.carbon_intensity_g_per_kwh",
+    help="g CO2e per kWh.",
 )
 @click.option("--accounting/--no-accounting", default=True, show_default=True, help="Ask Slurm's accounting (sacct) for the jobs' energy.")
 @click.option(
@@ -50,7 +54,8 @@ if TYPE_CHECKING:
     "--to",
     type=FiniteFloat(min=1),
     default=None,
-    help="What the comparison's time column counts to, in tokens or samples [default: 1e9 tokens, 1e6 samples].",
+    show_default="1e9 tokens, 1e6 samples",
+    help="What the comparison's time column counts to, in tokens or samples.",
 )
 @click.option(
     "--metric",

@@ -88,7 +88,7 @@ def test_ci_image_runs_the_training_stack(apptainer, ci_image, tmp_path):
 
 @pytest.mark.apptainer
 def test_ci_image_noop_check_is_fast(ci_image):
-    proc, seconds = container_cli("build", "ci", "--output", str(ci_image), "--digest-file", str(ci_image.with_suffix(".digest")))
+    proc, seconds = container_cli("build", "ci", "--out", str(ci_image), "--digest-file", str(ci_image.with_suffix(".digest")))
     assert proc.returncode == 0, proc.stderr
     assert "ci: up to date" in proc.stdout
     assert seconds < 2.0, f"the no-op check took {seconds:.2f} s (Python start-up included); benchmarks/container_start.py has the figure"

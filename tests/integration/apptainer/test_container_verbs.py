@@ -92,7 +92,7 @@ def test_list_follows_a_build_and_a_change(apptainer, tmp_path):
     built, _ = container_cli("build", "tiny", cwd=project, timeout=300)
     assert built.returncode == 0, built.stderr
 
-    listed, seconds = container_cli("list", "--format", "json", cwd=project)
+    listed, seconds = container_cli("list", "--json", cwd=project)
     assert listed.returncode == 0, listed.stderr
     found = {e["name"]: e for e in json.loads(listed.stdout)}
     sif = project / build.IMAGES_DIR / "tiny.sif"

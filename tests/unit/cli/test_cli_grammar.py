@@ -12,8 +12,14 @@ from orchestrator.cli import main
 
 
 def commands(group: click.Group = main, prefix: str = "") -> list[tuple[str, click.Command]]:
+    """Every command, lazy ones included (the top level imports none until asked); hidden old names left out."""
     found = []
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in sorted(group.list_commands(ctx)):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
+        if command.hidden:
+            continue
         found.append((f"{prefix}{name}", command))
         if isinstance(command, click.Group):
             found += commands(command, f"{prefix}{name} ")

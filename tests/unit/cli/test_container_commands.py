@@ -99,7 +99,7 @@ def test_list_table(built):
 
 def test_list_json_after_a_change(built):
     (built / "pkg" / "mod.py").write_text("x = 3\n")
-    result = invoke("container", "list", "--project", str(built), "--format", "json")
+    result = invoke("container", "list", "--project", str(built), "--json")
     assert result.exit_code == 0, result.output
     found = {e["name"]: e for e in json.loads(result.output)}
     assert (found["tiny"]["state"], found["tiny"]["reason"], found["tiny"]["built"]) == ("stale", "changed: pkg/mod.py", True)

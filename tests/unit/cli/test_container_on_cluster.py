@@ -44,7 +44,7 @@ def refused(*args: str) -> str:
 def test_on_cluster_with_push_or_output_is_refused(project):
     where = project(BUILD)
     out = refused("tiny", "--on-cluster", "--push", "-o", "x.sif", "--project", str(where))
-    assert "--on-cluster puts the image where the profile's jobs read it (container.image): leave out --push and --output" in out
+    assert "--on-cluster puts the image where the profile's jobs read it (container.image): leave out --push and --out" in out
 
 
 def test_the_remote_flags_need_on_cluster(project):

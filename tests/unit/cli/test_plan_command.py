@@ -1,4 +1,4 @@
-"""`orchestrator plan` (orchestrator/cli/plan.py): the layout table, JSON and Markdown, options
+"""`orchestrator layout` (orchestrator/cli/layout.py): the layout table, JSON and Markdown, options
 over the profile, bad input, parameter counts; the planner stays off torch."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 from support import invoke
 
 from orchestrator.analysis import layout as lay
-from orchestrator.cli.plan import Count
+from orchestrator.cli.layout import Count
 
 # Megatron-LM's GPT 13B (Narayanan et al. 2021 use this shape): 40 layers, hidden 5120, 40 heads.
 GPT_13B = lay.ModelShape.from_architecture(layers=40, hidden=5120, heads=40, seq_len=2048, vocab=50257)
@@ -18,7 +18,7 @@ SEED_002 = ["--layers", "40", "--hidden", "5120", "--heads", "40", "--gpus", "32
 
 
 def test_cli_table():
-    result = invoke("plan", *SEED_002, "--zero", "1", "--top", "3")
+    result = invoke("layout", *SEED_002, "--zero", "1", "--top", "3")
     assert result.exit_code == 0, result.output
     out = result.output
     assert "12.8B parameters (40 layers, hidden 5120, 40 heads, sequence 2048, vocabulary 50257)" in out
@@ -32,11 +32,11 @@ def test_cli_table():
     )
     assert "d=4 t=8 p=1 ZeRO-1: tensor degree 8 exceeds 4 GPUs per node" in out
     assert "default bandwidths used" not in out
-    assert "(default)" in invoke("plan", "--parameters", "1B", "--gpus", "8", "--gpus-per-node", "4", "--gpu-memory-gb", "40").output
+    assert "(default)" in invoke("layout", "--parameters", "1B", "--gpus", "8", "--gpus-per-node", "4", "--gpu-memory-gb", "40").output
 
 
 def test_cli_json():
-    result = invoke("plan", *SEED_002, "--format", "json", "--top", "2")
+    result = invoke("layout", *SEED_002, "--format", "json", "--top", "2")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["model"]["parameters"] == GPT_13B.parameters
@@ -49,7 +49,9 @@ def test_cli_json():
 
 
 def test_cli_markdown():
-    result = invoke("plan", "--parameters", "7.5B", "--gpus", "64", "--gpus-per-node", "8", "--gpu-memory-gb", "80", "--format", "markdown")
+    result = invoke(
+        "layout", "--parameters", "7.5B", "--gpus", "64", "--gpus-per-node", "8", "--gpu-memory-gb", "80", "--format", "markdown"
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     header = lines.index(
@@ -62,7 +64,7 @@ def test_cli_markdown():
 
 def test_cli_options_override_the_profile():
     result = invoke(
-        "plan",
+        "layout",
         "--parameters",
         "13B",
         "--gpus",
@@ -110,7 +112,7 @@ def test_cli_options_override_the_profile():
     ],
 )
 def test_cli_bad_input_exits_non_zero_without_a_traceback(args, message):
-    result = invoke("plan", *args)
+    result = invoke("layout", *args)
     assert result.exit_code != 0
     assert message in result.output
     assert "Traceback" not in result.output
@@ -127,7 +129,7 @@ def test_parameter_counts(text, count):
 
 def test_importing_the_planner_does_not_import_torch():
     code = (
-        "import sys, orchestrator.analysis.layout, orchestrator.cli.plan; "
+        "import sys, orchestrator.analysis.layout, orchestrator.cli.layout; "
         "print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning', 'rich') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

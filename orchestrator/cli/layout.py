@@ -1,4 +1,4 @@
-"""`orchestrator plan`: the parallel layouts of a model on some GPUs, ranked, with the reasoning.
+"""`orchestrator layout`: the parallel layouts of a model on some GPUs, ranked, with the reasoning.
 
 The arithmetic lives in :mod:`~orchestrator.analysis.layout` (pure; its docstring has the formulas and their
 sources). This module turns options, or a cluster profile, into its inputs and prints
@@ -54,7 +54,7 @@ class _Inputs:
 _POSITIVE = FiniteFloat(min=0, min_open=True)  # nan and inf would price a layout at nothing or forever
 
 
-@click.command("plan")
+@click.command("layout")
 @click.option(
     "--parameters",
     type=Count(),
@@ -75,31 +75,28 @@ _POSITIVE = FiniteFloat(min=0, min_open=True)  # nan and inf would price a layou
 @cluster_option(
     "Built-in profile name or profile file: GPUs per node, memory, peak FLOP/s (and bandwidths, when it has them)", default=None
 )
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, help="GPUs per node [default: the profile's].")
-@click.option("--gpu-memory-gb", type=_POSITIVE, default=None, help="Memory per GPU in GB [default: the profile's].")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, show_default="the profile's", help="GPUs per node.")
+@click.option("--gpu-memory-gb", type=_POSITIVE, default=None, show_default="the profile's", help="Memory per GPU in GB.")
 @click.option(
     "--intra-node-gbps",
     type=_POSITIVE,
     default=None,
-    help=(
-        f"GB/s per GPU, one direction, inside a node [default: the profile's, else {lay.DEFAULT_INTRA_NODE_GBPS:g}: A100 NVLink3, 12 "
-        "links x 25 GB/s]."
-    ),
+    show_default=f"the profile's, else {lay.DEFAULT_INTRA_NODE_GBPS:g}: A100 NVLink3, 12 links x 25 GB/s",
+    help="GB/s per GPU, one direction, inside a node.",
 )
 @click.option(
     "--inter-node-gbps",
     type=_POSITIVE,
     default=None,
-    help=(
-        "GB/s per GPU, one direction, between nodes: the node's injection bandwidth / its GPUs [default: the profile's, else "
-        f"{lay.DEFAULT_INTER_NODE_GBPS:g}: one 200 Gb/s NIC per GPU]."
-    ),
+    show_default=f"the profile's, else {lay.DEFAULT_INTER_NODE_GBPS:g}: one 200 Gb/s NIC per GPU",
+    help="GB/s per GPU, one direction, between nodes: the node's injection bandwidth / its GPUs.",
 )
 @click.option(
     "--peak-tflops",
     type=_POSITIVE,
     default=None,
-    help="Dense 16-bit TFLOP/s per GPU, to price the pipeline bubble [default: the profile's].",
+    show_default="the profile's",
+    help="Dense 16-bit TFLOP/s per GPU, to price the pipeline bubble.",
 )
 @click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per micro-batch.")
 @click.option(
@@ -111,7 +108,7 @@ _POSITIVE = FiniteFloat(min=0, min_open=True)  # nan and inf would price a layou
 @click.option("--recompute", type=click.Choice(lay.RECOMPUTE), default="none", show_default=True, help="Activation recomputation.")
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Feasible layouts to show.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
-def plan(fmt: str, top: int, **options) -> None:
+def layout(fmt: str, top: int, **options) -> None:
     """Rank the data x tensor x pipeline (x ZeRO) layouts of a model on GPUS GPUs.
 
     Each layout shows its memory per GPU (parameters, gradients, optimizer states,
