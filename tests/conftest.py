@@ -130,6 +130,24 @@ def reported(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory) -> Path:
+    """This tree's wheel, built once per session (per xdist worker), installed with no dependencies in a
+    clean venv that sees this interpreter's packages (DVC and the rest, as a login node with DVC has
+    them): its folder. The orchestrator it runs is the wheel's copy, not this checkout."""
+    import sys
+
+    where = tmp_path_factory.mktemp("wheel-venv")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(where / "wheels"), str(ROOT)], check=True, timeout=600
+    )
+    (wheel,) = (where / "wheels").glob("*.whl")
+    venv = where / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    subprocess.run([venv / "bin/python", "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    return venv
+
+
+@pytest.fixture(scope="session")
 def slurm_testbed():
     """The project's two-node Slurm testbed, brought up once per session (`orchestrator testbed up`).
 
