@@ -24,10 +24,18 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     (
         "Set up",
         (
-            ("init", "orchestrator.cli.init:init", "Add what an existing DVC project needs: params section, ignores, images.yaml."),
+            (
+                "init",
+                "orchestrator.cli.init:init",
+                "Add what an existing DVC project needs (params, ignores, images.yaml); change nothing else.",
+            ),
             ("clusters", "orchestrator.cli.clusters:clusters", "List the built-in cluster profiles (or `show` one)."),
-            ("use", "orchestrator.cli.use:use", "Switch the project to a cluster: write its values (clusters.NAME) into params.yaml."),
-            ("layout", "orchestrator.cli.layout:layout", "Rank parallel layouts (data, tensor, pipeline, ZeRO) of a model."),
+            (
+                "use",
+                "orchestrator.cli.use:use",
+                "Switch the project to CLUSTER: write its values (clusters.CLUSTER) into params.yaml.",
+            ),
+            ("layout", "orchestrator.cli.layout:layout", "Rank the data x tensor x pipeline (x ZeRO) layouts of a model on GPUS GPUs."),
         ),
     ),
     (
@@ -37,7 +45,7 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("run", "orchestrator.cli.jobs:run", "Run one job: what a DVC stage's cmd calls for a matrix item."),
             ("submit", "orchestrator.cli.jobs:submit", "Submit every stale orchestrated item at once and return (you may log out)."),
             ("sweep", "orchestrator.cli.jobs:sweep", "Submit a grid search at once and return; its points become DVC experiments."),
-            ("exp", "orchestrator.cli.use:exp", "DVC experiments with a cluster's values: exp run --cluster NAME."),
+            ("exp", "orchestrator.cli.use:exp", "DVC experiments on a cluster, with its values."),
         ),
     ),
     (
@@ -60,24 +68,37 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             (
                 "fetch",
                 "orchestrator.cli.remote:fetch",
-                "Bring finished items' outputs and dvc.lock entries from the cluster, hash-checked.",
+                "Bring the finished items' outputs and dvc.lock entries from the cluster's project folder here.",
             ),
-            ("report", "orchestrator.cli.report:report", "Scaling report of the runs: speedup, efficiency, MFU, energy, CO2e."),
+            (
+                "report",
+                "orchestrator.cli.report:report",
+                "Scaling report of STAGES (default: every stage with a run that has a throughput).",
+            ),
             (
                 "profile-diff",
                 "orchestrator.cli.profile_diff:profile_diff",
-                "Compare two profiled runs' operators: calls and host time, baseline vs exp.",
+                "Compare the profiled operators of two runs: calls and host time per step, largest change first.",
             ),
         ),
     ),
-    ("Images", (("container", "orchestrator.cli.container:container", "Container images: build the image jobs run in."),)),
+    (
+        "Images",
+        (("container", "orchestrator.cli.container:container", "Container images: build the image jobs run in (containers/images.yaml)."),),
+    ),
     (
         "Remote",
-        (("remote", "orchestrator.cli.remote:remote", "The project on the cluster's login node: sync, attach, shell (see --remote)."),),
+        (
+            (
+                "remote",
+                "orchestrator.cli.remote:remote",
+                "The project on the cluster's login node: send it, follow a command there, open a shell there.",
+            ),
+        ),
     ),
     (
         "Development",
-        (("testbed", "orchestrator.cli.testbed:testbed", "A real two-node Slurm cluster on this machine: up, down, status."),),
+        (("testbed", "orchestrator.cli.testbed:testbed", "A real two-node Slurm cluster on this machine (profile `testbed`), for tests."),),
     ),
 )
 

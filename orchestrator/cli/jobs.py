@@ -120,6 +120,8 @@ def submit(
 @click.option("--record", "record_name", default=None, metavar="NAME", help="Record sweep NAME's finished points as DVC experiments.")
 @cluster_option()
 @project_option
+@remote_option
+@click.option("--with-changes", is_flag=True, help="With --remote: also send the uncommitted changes (tracked, and untracked not ignored).")
 # The sweep's recording job's, when the site's MaxSubmitJobs cut it into waves (with --name).
 @click.option("--next-wave", "since", type=SINCE, default=None, hidden=True)
 def sweep(
@@ -129,6 +131,8 @@ def sweep(
     record_name: str | None,
     cluster: str | None,
     project: Path,
+    remote: bool,
+    with_changes: bool,
     since: float | None,
 ) -> None:
     """Submit a grid search at once and return; its points become DVC experiments.
@@ -141,9 +145,21 @@ def sweep(
     submit the points that failed; saved points are not submitted again. Where the
     site's MaxSubmitJobs leaves too little room, the items go in waves: each recording
     job saves what has finished and submits the next.
+
+    With --remote, from a workstation: as `submit --remote`, the committed state is sent
+    to the login node and the sweep runs there, detached; its output streams here.
     """
     from orchestrator.jobs import detached
     from orchestrator.jobs import sweep as sw
+
+    if with_changes and not remote:
+        raise OrchestratorError("--with-changes goes with --remote (it says what to send to the login node)")
+    if remote:
+        _require_switched(project, cluster)
+        given = [f"--cluster={cluster}"] if cluster else []
+        given += [f"--set-param={s}" for s in sets] + ([f"--name={name}"] if name else [])
+        given += [f"--record={record_name}"] if record_name is not None else []
+        return run_remote(project, cluster, forwarded("sweep", given, targets), sync=record_name is None, with_changes=with_changes)
     from orchestrator.util.runner import SubprocessRunner
 
     say = lambda line: click.echo(f"orchestrator: {line}", err=True)  # noqa: E731

@@ -27,10 +27,10 @@ from orchestrator.errors import ConfigError, OrchestratorError
 @click.argument("cluster")
 @project_option
 def use(cluster: str, project: Path) -> None:
-    """Switch the project to CLUSTER: write its values (params.yaml's clusters.CLUSTER) into
-    params.yaml and set orchestrator.cluster, so that DVC resolves and runs them.
+    """Switch the project to CLUSTER: write its values (clusters.CLUSTER) into params.yaml.
 
-    The values replaced are kept under clusters.local; `orchestrator use local` puts them
+    They become params.yaml's top-level values and orchestrator.cluster names CLUSTER, so
+    that DVC resolves and runs them. The values replaced are kept under clusters.local; `orchestrator use local` puts them
     back. `orchestrator render --cluster CLUSTER` shows the result first.
     """
     _not_empty(cluster)

@@ -86,3 +86,159 @@ def test_bad_values_of_the_renamed_options_are_one_message():
     assert result.exit_code == 2 and "is empty" in result.output and "Traceback" not in result.output
     result = invoke("run", "-c", "lumi", "--", "true")  # -c is run's --cpus now: a cluster name there is a usage error
     assert result.exit_code == 2 and "'lumi' is not a valid integer range" in result.output
+
+
+def test_sweep_remote_runs_the_sweep_on_the_login_node_of_the_cluster_given(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    got: dict = {}
+    record = lambda project, cluster, forwarded, **kw: got.update(cluster=cluster, argv=forwarded, **kw)  # noqa: E731
+    monkeypatch.setattr("orchestrator.cli.jobs.run_remote", record)
+    result = invoke("sweep", "--remote", "--cluster", "lumi", "-S", "lr=0.1,0.2", "-n", "grid", "train")
+    assert result.exit_code == 0, result.output
+    assert got == {
+        "cluster": "lumi",
+        "argv": ["sweep", "--cluster=lumi", "--set-param=lr=0.1,0.2", "--name=grid", "--", "train"],
+        "sync": True,
+        "with_changes": False,
+    }
+
+
+def test_sweep_with_changes_needs_remote(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("sweep", "--with-changes", "-S", "lr=0.1")
+    assert result.exit_code == 2 and "--with-changes goes with --remote" in result.output and "Traceback" not in result.output
+
+
+# Slurm's short flags (sbatch/srun), which `run` mirrors: no command may give them another meaning.
+SLURM_SHORTS = {"-c": "--cpus", "-N": "--nodes", "-G": "--gpus-per-node", "-t": "--time", "-p": "--partition", "-A": "--account"}
+
+
+def test_no_short_flag_contradicts_slurms_habits():
+    wrong = [(name, s, long) for name, c in commands() for s, long in shorts(c).items() if s in SLURM_SHORTS and long != SLURM_SHORTS[s]]
+    assert wrong == []
+
+
+def longs(command: click.Command) -> set[str]:
+    return {o for p in command.params if isinstance(p, click.Option) and not p.hidden for o in p.opts if o.startswith("--")}
+
+
+def test_one_name_for_where_output_goes():
+    """`-o/--out` as DVC has it (`dvc stage add -o`), never --output, --output-dir or --out-dir."""
+    other = {"--output", "--output-dir", "--out-dir", "--outdir", "--dest"}
+    wrong = [(name, o) for name, c in commands() for o in longs(c) & other]
+    assert wrong == []
+    with_out = [name for name, c in commands() if "--out" in longs(c)]
+    assert with_out and all(shorts(c).get("-o") == "--out" for name, c in commands() if name in with_out)
+
+
+def test_one_name_for_machine_output():
+    """`--json` where the choice is a table or JSON (as `dvc exp show --json`); --format only with more forms than those."""
+    wrong = []
+    for name, command in commands():
+        for p in command.params:
+            if isinstance(p, click.Option) and not p.hidden and "--format" in p.opts:
+                assert isinstance(p.type, click.Choice), name
+                if set(p.type.choices) <= {"table", "json", "text"}:
+                    wrong.append(name)
+    assert wrong == []
+
+
+def test_defaults_are_stated_one_way():
+    """click's show_default, never a hand-written "(default: x)" or "[default: x]" in an option's help."""
+    wrong = []
+    for name, command in commands():
+        for p in command.params:
+            if isinstance(p, click.Option) and not p.hidden and "default:" in (p.help or "").lower():
+                wrong.append(f"{name} {p.opts[0]}")
+    assert wrong == []
+
+
+# Each old spelling, kept a release: (argv, what it says, where the command is stopped to see what it got).
+OLD = [
+    (["container", "list", "--format", "json"], "--format is now --json"),
+    (["container", "build", "--output", "x.sif", "--on-cluster"], "--output is now --out (-o)"),
+    (["status", "-c", "lumi", "--remote"], "-c is now --cluster"),
+    (["submit", "-f", "--remote"], "-f is now --force"),
+    (
+        ["plan", "--parameters", "1B", "--gpus", "8", "--gpus-per-node", "4", "--gpu-memory-gb", "40", "--top", "1"],
+        "`plan` is now `layout`",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "said"), OLD, ids=[" ".join(a[:2]) for a, _ in OLD])
+def test_every_old_spelling_says_the_new_one_once(monkeypatch, tmp_path, argv, said):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("orchestrator.cli.jobs.run_remote", lambda *a, **kw: None)
+    result = invoke(*argv)
+    assert result.output.count(said) == 1, result.output
+    assert "Traceback" not in result.output
+
+
+def test_old_spellings_act_as_the_new_ones(monkeypatch, tmp_path):
+    (tmp_path / "containers").mkdir()
+    (tmp_path / "containers" / "images.yaml").write_text("images: {}\n")
+    old = invoke("container", "list", "--project", str(tmp_path), "--format", "json")
+    assert old.exit_code == 0 and old.output.split("\n", 1)[1] == invoke("container", "list", "--project", str(tmp_path), "--json").output
+    table = invoke("container", "list", "--project", str(tmp_path), "--format", "table")
+    assert not table.output.split("\n", 1)[1].lstrip().startswith("[")
+    args = ["--parameters", "1B", "--gpus", "8", "--gpus-per-node", "4", "--gpu-memory-gb", "40", "--top", "1", "--format", "json"]
+    assert invoke("plan", *args).output.split("\n", 1)[1] == invoke("layout", *args).output
+    refused = invoke("container", "build", "--output", "x.sif", "--on-cluster", "--project", str(tmp_path))
+    assert refused.exit_code == 2 and "leave out --out" in refused.output
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["container", "list", "--format", "xml"],
+        ["container", "build", "--output"],
+        ["container", "build", "-o"],
+        ["plan", "--gpus", "zero"],
+        ["layout", "--gpus", "zero"],
+        ["render", "-o"],
+        ["report", "--out"],
+        ["sweep", "--remote", "--cluster", ""],
+    ],
+)
+def test_bad_input_to_renamed_options_and_aliases_is_one_message_and_exit_2(monkeypatch, tmp_path, argv):
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*argv)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert sum(line.startswith(("Error:", "error:")) for line in result.output.splitlines()) == 1, result.output
+
+
+def test_help_groups_the_commands_by_workflow_with_whole_summaries():
+    from orchestrator.cli import DOCS, SECTIONS
+
+    shown = invoke("--help").output
+    titles = [title for title, _ in SECTIONS]
+    assert [t for t in titles if f"\n{t}:\n" in shown] == titles
+    assert titles[-1] == "Development" and [n for n, _, _ in SECTIONS[-1][1]] == ["testbed"]
+    assert "..." not in shown.split("Commands:")[-1].split("Set up:")[-1] and " ".join(DOCS.split()) in " ".join(shown.split())
+    flat = " ".join(shown.split())
+    for _, rows in SECTIONS:
+        for name, _, summary in rows:
+            assert summary in flat, name
+
+
+def test_each_listed_summary_is_the_commands_own():
+    from orchestrator.cli import SECTIONS
+
+    ctx = click.Context(main)
+    for _, rows in SECTIONS:
+        for name, _, summary in rows:
+            assert main.get_command(ctx, name).get_short_help_str(1000) == summary, name
+
+
+def test_help_imports_no_command_module():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from orchestrator.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('orchestrator.cli.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
