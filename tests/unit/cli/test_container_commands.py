@@ -1,5 +1,5 @@
 """`orchestrator container list | exec | shell | clean` through click's runner
-(orchestrator/cli/container_verbs.py). Images are built with a fake runtime; `exec` runs its
+(orchestrator/cli/container_verbs.py, orchestrator/containers/session.py). Images are built with a fake runtime; `exec` runs its
 real script (bash) against a fake `apptainer` on PATH that records its argv, environment and
 working folder. Real images: tests/integration/apptainer/test_container_verbs.py."""
 
@@ -17,7 +17,7 @@ from fakes import FakeRunner, ok
 from support import ACCOUNT, invoke
 
 from orchestrator.cli import container_verbs
-from orchestrator.containers import build
+from orchestrator.containers import build, session
 from orchestrator.util.runner import Completed
 
 FAKE_RUNTIME = """\
@@ -166,8 +166,8 @@ def test_a_profile_runtime_and_its_setup_are_used(built, monkeypatch):
     runner = FakeRunner(installed={"singularity"})
     ws = Workspace.open(built, "lumi", runner)
     sif = built / build.IMAGES_DIR / "tiny.sif"
-    plan = container_verbs.session_plan(ws, sif, ["python", "-V"], [], runner)
-    script = container_verbs.session_script(plan, "exec", container_verbs.outside_a_job(ws.profile.profile, ACCOUNT, {}))
+    plan = session.session_plan(ws, sif, ["python", "-V"], [], runner)
+    script = session.session_script(plan, "exec", session.outside_a_job(ws.profile.profile, ACCOUNT, {}))
     assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
     assert "exec singularity exec" in script and '--bind "/pfs"' in script and "bash -c '$WITH_CONDA; exec \"$@\"' orch-task" in script
     assert f"export SLURM_JOB_ACCOUNT={ACCOUNT}" in script and "export SLURM_NODEID=0" in script  # outside a job
@@ -197,7 +197,7 @@ def test_shell_starts_an_interactive_shell_in_the_image(built, monkeypatch):
     assert result.exit_code == 5, result.output
     script = runner.calls[0][2]
     assert script.rstrip().endswith("orch_task") and "exec apptainer exec" in script
-    assert shlex.join(container_verbs.SHELL_COMMAND) in script
+    assert shlex.join(session.SHELL_COMMAND) in script
 
 
 def test_a_stale_image_runs_with_a_note(built, monkeypatch):
