@@ -137,7 +137,7 @@ def image_path(template: str | None, workspace: Path, account: str | None) -> Pa
 
 
 def _image_for(project: Path, cluster: str, settings, request: Request, target: str) -> str:
-    from orchestrator.cli.container import image_for
+    from orchestrator.containers.destination import image_for
 
     return image_for(project, cluster, settings, request.name, request.replace_other_image, target, flag="--on-cluster")
 
