@@ -133,7 +133,8 @@ def reported(tmp_path_factory) -> Path:
 def wheel_venv(tmp_path_factory) -> Path:
     """This tree's wheel, built once per session (per xdist worker), installed with no dependencies in a
     clean venv that sees this interpreter's packages (DVC and the rest, as a login node with DVC has
-    them): its folder. The orchestrator it runs is the wheel's copy, not this checkout."""
+    them): its folder, beside ``wheels/`` that holds the wheel. The orchestrator it runs is the wheel's
+    copy, not this checkout."""
     import sys
 
     where = tmp_path_factory.mktemp("wheel-venv")

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from support import GIT_ENV, ROOT, require
+from support import GIT_ENV, require
 
 from orchestrator import __version__
 
@@ -45,13 +44,9 @@ def run(argv: list[str], cwd: Path, env: dict, timeout: float = 600) -> subproce
     return done
 
 
-def test_a_fresh_project_adopts_the_installed_wheel_as_the_readme_says(tmp_path):
+def test_a_fresh_project_adopts_the_installed_wheel_as_the_readme_says(tmp_path, wheel_venv):
     require("shellcheck")  # render --check runs it on every script
-    wheels, venv, project = tmp_path / "wheels", tmp_path / "venv", tmp_path / "my-project"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, timeout=600)
-    (wheel,) = wheels.glob("*.whl")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
-    subprocess.run([venv / "bin/python", "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    venv, project = wheel_venv, tmp_path / "my-project"
     env = {**os.environ, **GIT_ENV, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PYTHONPATH", None)
     where = run([venv / "bin/python", "-c", "import orchestrator; print(orchestrator.__file__, orchestrator.__version__)"], tmp_path, env)

@@ -16,18 +16,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import ACCOUNT, ROOT, jobs_of, one_error
+from support import ACCOUNT, jobs_of, one_error
 
 from orchestrator import __version__
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slurm, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("wheels")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)], check=True, timeout=600)
-    return folder
+@pytest.fixture
+def wheels(wheel_venv) -> Path:
+    """The folder of the session's one build of this tree's wheel."""
+    return wheel_venv.parent / "wheels"
 
 
 def test_one_command_installs_this_version_there_and_remote_then_runs_it(slurm_testbed, login, tmp_path, wheels):
