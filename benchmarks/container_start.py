@@ -71,7 +71,7 @@ def main() -> int:
     key = current_hash(ROOT, "ci").removeprefix(inputs.HASH_PREFIX)[:16]  # the test suite's cache key
     image = CACHE / f"ci-{key}.sif"
     digest_file = image.with_suffix(".digest")
-    build = [*build_command(), "ci", "--output", str(image), "--digest-file", str(digest_file)]
+    build = [*build_command(), "ci", "--out", str(image), "--digest-file", str(digest_file)]
     t0 = time.perf_counter()
     first = subprocess.run(build, cwd=ROOT, capture_output=True, text=True, check=False)
     if first.returncode != 0:

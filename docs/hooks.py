@@ -56,7 +56,7 @@ PROFILE_KEYS = {
     "node.gpu": "The GPU model, for MFU and energy estimates.",
     "node.gpu.model": "The GPU's name, as the report prints it.",
     "node.gpu.memory_gb": "Memory per GPU, GB.",
-    "node.inter_node_gbps": "Per GPU, one direction, GB/s: its share of the node's network injection (`orchestrator plan`).",
+    "node.inter_node_gbps": "Per GPU, one direction, GB/s: its share of the node's network injection (`orchestrator layout`).",
     "node.memory_gb": "Memory per node, GB: a partition's memory request may not exceed it.",
     "container": "What the tasks run in: the runtime, image, GPU flag, binds and setup lines.",
     "container.build.builder": "How the build job builds without root: `fakeroot` or `proot`.",

@@ -3,7 +3,7 @@
 Pure arithmetic (no I/O, no clock, no torch): a model shape and the hardware become
 every (data, tensor, pipeline) decomposition times ZeRO stage 0-3, each with its
 memory per GPU and a predicted communication time per training step. The feasible
-ones come back ranked, and every rejected one says why. `orchestrator plan`
+ones come back ranked, and every rejected one says why. `orchestrator layout`
 (:mod:`orchestrator.cli.layout`) prints them.
 
 What each layout costs (memory, communication, the pipeline's bubble) and the papers the

@@ -134,7 +134,7 @@ class Node:
     # nodes whose GPUs are scheduler stand-ins on CPU-only hosts (the testbed).
     processes_on: Literal["gpu", "cpu"] | None = None
     memory_gb: float | None = None
-    # Per GPU, one direction, GB/s (nominal; `orchestrator plan`'s communication model):
+    # Per GPU, one direction, GB/s (nominal; `orchestrator layout`'s communication model):
     # to its peers inside the node, and its share of the node's network injection.
     intra_node_gbps: float | None = None
     inter_node_gbps: float | None = None

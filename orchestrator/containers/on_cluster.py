@@ -3,7 +3,7 @@
 On a login node, ``orchestrator container build NAME --on-cluster`` builds the image in a
 Slurm job of the profile's ``container.build`` partition (:class:`~orchestrator.config.profile.ContainerBuild`),
 straight to the path its jobs read it from (``container.image``). The job runs the same
-``container build`` with ``--output`` that path, so the content hash, the stamp beside the
+``container build`` with ``--out`` that path, so the content hash, the stamp beside the
 image, the lock and the digest file are those of a local build: a build of the same inputs
 here or there writes the same digest line.
 
@@ -85,7 +85,7 @@ def plan(
     if not Path(target).is_absolute():
         raise ContainerError(f"the image path {target!r} is not absolute: give container.image as an absolute path on the cluster")
     # Each option's value in its own word with it, and the image after `--`: no value can become an option.
-    command = [*orchestrator, "container", "build", f"--output={target}", f"--digest-file={digest_file}", f"--builder={b.builder}"]
+    command = [*orchestrator, "container", "build", f"--out={target}", f"--digest-file={digest_file}", f"--builder={b.builder}"]
     command += [*(["--force"] if force else []), *([f"--timeout={timeout!r}"] if timeout is not None else [])]
     command += [*(f"--set={item}" for item in overrides), "--", image]
     return BuildJob(

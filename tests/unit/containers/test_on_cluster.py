@@ -45,7 +45,7 @@ def test_the_job_runs_the_same_build_into_the_profiles_path():
     job = plan(force=True, overrides=["base=/a b.sif"])
     assert job.job_name == "orchestrator-build-tiny" and job.partition == "debug" and (job.time, job.cpus) == ("01:00:00", 8)
     assert job.command == (
-        "/venv/bin/orchestrator", "container", "build", "--output=/shared/u/tiny.sif",
+        "/venv/bin/orchestrator", "container", "build", "--out=/shared/u/tiny.sif",
         "--digest-file=/home/u/proj/.orchestrator/images/tiny.on-cluster.digest", "--builder=fakeroot", "--force",
         "--set=base=/a b.sif", "--", "tiny",
     )  # fmt: skip
