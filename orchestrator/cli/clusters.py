@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import table
+from orchestrator.cli.options import WholeGroup, table
 
 
-@click.group(invoke_without_command=True)
+@click.group(cls=WholeGroup, invoke_without_command=True)
 @click.pass_context
 def clusters(ctx: click.Context) -> None:
     """List the built-in cluster profiles (or `show` one)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import FiniteFloat, cluster_option, display_path, given_or_old, old_spelling, project_option
+from orchestrator.cli.options import FiniteFloat, WholeGroup, cluster_option, display_path, given_or_old, old_spelling, project_option
 from orchestrator.config.profile import BUILDERS
 from orchestrator.containers.build import DEFAULT_TIMEOUT, IMAGES_DIR, build
 from orchestrator.containers.destination import PushDestination, push_destination  # noqa: F401  (PushDestination: its answer, for callers)
@@ -24,7 +24,7 @@ from orchestrator.containers.images import CONTAINERS_DIR, ContainerError
 MAX_TIMEOUT = 7 * 24 * 3600
 
 
-@click.group()
+@click.group(cls=WholeGroup)
 def container() -> None:
     """Container images: build the image jobs run in (containers/images.yaml)."""
 

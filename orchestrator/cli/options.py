@@ -201,3 +201,18 @@ def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
         t.add_row(*row)
     # Piped output (CI logs) gets whole lines, a terminal gets its own width.
     Console(width=None if sys.stdout.isatty() else 1000).print(t)
+
+
+class WholeGroup(click.Group):
+    """A command group whose --help gives each subcommand's summary whole (its docstring's first sentence,
+    wrapped), never cut off with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, cmd.get_short_help_str(1000))
+            for name in self.list_commands(ctx)
+            if (cmd := self.get_command(ctx, name)) and not cmd.hidden
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import cluster_option, project_option
+from orchestrator.cli.options import WholeGroup, cluster_option, project_option
 from orchestrator.errors import OrchestratorError
 
 # The ids session.run gives the runs there (the start time, the command, a number).
@@ -118,7 +118,7 @@ def hint(project: Path, cluster: str | None) -> str | None:
     return f"this machine has no Slurm; to run it on {host}, the login node of {name}, from here: add --remote" if host else None
 
 
-@click.group()
+@click.group(cls=WholeGroup)
 def remote() -> None:
     """The project on the cluster's login node: send it, follow a command there, open a shell there.
 

@@ -11,7 +11,7 @@ import time
 
 import click
 
-from orchestrator.cli.options import FiniteFloat
+from orchestrator.cli.options import FiniteFloat, WholeGroup
 from orchestrator.testbed.cluster import Testbed
 from orchestrator.testbed.settings import LocalSlurmSettings
 
@@ -20,7 +20,7 @@ def _say(message: str) -> None:
     click.echo(f"testbed: {message}", err=True)
 
 
-@click.group()
+@click.group(cls=WholeGroup)
 def testbed() -> None:
     """A real two-node Slurm cluster on this machine (profile `testbed`), for tests.
 

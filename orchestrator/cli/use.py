@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.options import cluster_option, project_option
+from orchestrator.cli.options import WholeGroup, cluster_option, project_option
 from orchestrator.config import params
 from orchestrator.errors import ConfigError, OrchestratorError
 
@@ -55,7 +55,7 @@ def use(cluster: str, project: Path) -> None:
         click.echo(f"  the values replaced are kept under clusters.{params.HOME} (`orchestrator use {params.HOME}` puts them back)")
 
 
-@click.group()
+@click.group(cls=WholeGroup)
 def exp() -> None:
     """DVC experiments on a cluster, with its values."""
 
@@ -66,7 +66,8 @@ def exp() -> None:
 @project_option
 @click.argument("dvc_args", nargs=-1, type=click.UNPROCESSED)
 def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tuple[str, ...]) -> None:
-    """`dvc exp run DVC_ARGS` with -S for each of the cluster's values, e.g.
+    """`dvc exp run DVC_ARGS` with -S for each of the cluster's values.
+
     `orchestrator exp run --cluster lumi -n on-lumi`: the experiment's params.yaml holds
     them (dvc exp show); as with any dvc exp run, the workspace keeps them unless --temp or --queue."""
     prm = params.load(project)

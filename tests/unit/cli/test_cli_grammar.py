@@ -242,3 +242,10 @@ def test_help_imports_no_command_module():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("group", ["clusters", "container", "exp", "remote", "testbed"])
+def test_every_group_gives_whole_summaries(group):
+    shown = invoke(group, "--help").output
+    listed = shown.split("Commands:")[1]
+    assert "..." not in listed.replace("COMMAND...", ""), listed
