@@ -121,14 +121,18 @@ def main() -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     # DVC's own `metrics show` is not the tool's: shown, not counted.
-    tool_s = sum(took for step, took in steps.items() if step != "dvc metrics show") - plain_repro_s
+    gross_s = sum(took for step, took in steps.items() if step != "dvc metrics show")
+    # Less the plain stage's repro: on a busy machine that one can take longer than the wrapped one, so the
+    # gross figure (an upper bound: it holds DVC's own repro too) is what the bound is judged on.
+    tool_s = gross_s - plain_repro_s
     result = {
         "wheel_build_and_install_s": round(install_s, 2),
         "steps_s": {k: round(v, 2) for k, v in steps.items()},
         "plain_dvc_repro_s": round(plain_repro_s, 2),
         "tool_s": round(tool_s, 2),
+        "tool_gross_s": round(gross_s, 2),
         "bound_s": BOUND_S,
-        "within_bound": tool_s < BOUND_S,
+        "within_bound": gross_s < BOUND_S,
         "typed_commands": TYPED,
         "typed_count": len(TYPED),
         "python": sys.version.split()[0],
@@ -140,10 +144,11 @@ def main() -> int:
     for name, took in steps.items():
         print(f"  {name:<18} {took:6.1f} s")
     print(f"  {'dvc repro, plain':<18} {plain_repro_s:6.1f} s  (the stage without the orchestrator)")
-    print(f"the tool's own time: {tool_s:.1f} s (bound {BOUND_S:.0f} s: {'met' if tool_s < BOUND_S else 'NOT met'})")
+    print(f"the tool's own time: {tool_s:.1f} s less the plain stage; {gross_s:.1f} s with it, an upper bound")
+    print(f"bound {BOUND_S:.0f} s, judged on the upper bound: {'met' if gross_s < BOUND_S else 'NOT met'}")
     print(f"commands a person types after installing: {len(TYPED)} ({'; '.join(TYPED)})")
     print(f"wrote {args.out}")
-    return 0 if tool_s < BOUND_S else 1
+    return 0 if gross_s < BOUND_S else 1
 
 
 if __name__ == "__main__":
