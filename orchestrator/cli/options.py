@@ -26,6 +26,7 @@ from typing import Any
 import click
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.util.files import display_path  # noqa: F401  (the commands' one spelling of a path)
 
 # How `run`, `render`, `submit`, `report` and `container build --push` choose a profile
 # (config.selection does the choosing; this only says it).
@@ -182,14 +183,6 @@ project_option = click.option(
     callback=_project_folder,
     help="The DVC project (folder with dvc.yaml).",
 )
-
-
-def display_path(path: Path) -> str:
-    """A path as the user would type it here: relative to the working folder when under it, else as it is."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.containers import catalog
 from orchestrator.containers.images import ContainerError
+from orchestrator.util.files import display_path
 
 if TYPE_CHECKING:
     from orchestrator.config.profile import Profile
@@ -60,16 +61,8 @@ def built_image(project: Path, name: str | None, verb: str, command: Sequence[st
         )
     sif = catalog.images_folder(project) / f"{name}{catalog.SIF}"
     if not sif.is_file():
-        raise ContainerError(f"image {name!r} is not built yet (no {shown(sif)}): run `orchestrator container build {name}`")
+        raise ContainerError(f"image {name!r} is not built yet (no {display_path(sif)}): run `orchestrator container build {name}`")
     return sif
-
-
-def shown(path: Path) -> str:
-    """A path as the user would type it here: relative to the working folder when under it."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def session_argv(

@@ -95,6 +95,14 @@ def umask() -> int:
     return mask
 
 
+def display_path(path: Path) -> str:
+    """A path as the user would type it here: relative to the working folder when under it, else as it is."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def size_text(n: int) -> str:
     """``n`` bytes in words: 1 MiB, 64 KiB, 300 bytes."""
     for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
