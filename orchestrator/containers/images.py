@@ -47,13 +47,14 @@ SKELETON = f"""\
 # orchestrator.image to its file (a path ending .sif) instead.
 #
 # For example, LUMI's PyTorch image plus this project's train extra (the template comes with
-# the orchestrator: containers/localimage.def.j2 in its repository):
+# the orchestrator, in its package; a file of that name in this folder is used instead):
 #
 #   lumi:
 #     definition: localimage.def.j2
 #     base: /appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.1-python-3.12-pytorch-20240918-vllm-4075b35.sif
 #     activate: with-conda
-{{}}
+#
+# Add entries below these lines (the file holds only comments until then, which reads as no images).
 """
 
 SAFE_PATH = re.compile(r"[A-Za-z0-9._/+@%:,=~-]+")  # a %files path or header value: no quotes, $, globs, spaces

@@ -38,7 +38,14 @@ def test_init_appends_what_is_missing_and_keeps_the_users_text(tmp_path):
     dvcignore = (root / ".dvcignore").read_text()
     assert dvcignore.startswith("# DVC's own comment\n") and ".orchestrator/" in dvcignore.splitlines()
     assert ".orchestrator/" in (root / ".gitignore").read_text().splitlines()
-    assert (root / "containers/images.yaml").read_text().rstrip().endswith("{}")
+    # Comments only, so that an entry appended as its comment shows reads as that one image.
+    images = root / "containers/images.yaml"
+    assert all(not line.strip() or line.startswith("#") for line in images.read_text().splitlines())
+    with images.open("a") as f:
+        f.write("mine:\n  definition: localimage.def.j2\n  base: /images/base.sif\n")
+    from orchestrator.util import yamlio
+
+    assert list(yamlio.load_mapping(images)) == ["mine"]
     assert (root / "dvc.yaml").read_text() == DVC_YAML
     said = ["params.yaml: added the orchestrator section", ".gitignore: created with .orchestrator/", ".dvcignore: added .orchestrator/"]
     assert all(line in done.output for line in said), done.output
