@@ -17,90 +17,44 @@ from orchestrator.errors import OrchestratorError
 # Where the documentation is: there is no hosted site, the pages are the source's docs/ folder.
 DOCS = "Documentation: the docs/ folder of the source, as a site with `pip install -e '.[docs]' && mkdocs serve`."
 
-# Every command, by the workflow step it belongs to: (name, "module:attribute", one-line summary).
-# --help prints these summaries without importing a command's module (a login node's start-up stays light);
-# tests/unit/cli/test_cli_grammar.py checks each equals its command's own first docstring line.
-SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
-    (
-        "Set up",
-        (
-            (
-                "init",
-                "orchestrator.cli.init:init",
-                "Add what an existing DVC project needs (params, ignores, images.yaml); change nothing else.",
-            ),
-            ("clusters", "orchestrator.cli.clusters:clusters", "List the built-in cluster profiles (or `show` one)."),
-            (
-                "use",
-                "orchestrator.cli.use:use",
-                "Switch the project to CLUSTER: write its values (clusters.CLUSTER) into params.yaml.",
-            ),
-            ("layout", "orchestrator.cli.layout:layout", "Rank the data x tensor x pipeline (x ZeRO) layouts of a model on GPUS GPUs."),
-        ),
+# Every command: its "module:attribute" under orchestrator.cli and its one-line summary. --help prints these
+# summaries without importing a command's module (a login node's start-up stays light);
+# tests/unit/cli/test_cli_grammar.py checks each is its command's own first docstring line.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("init:init", "Add what an existing DVC project needs (params, ignores, images.yaml); change nothing else."),
+    "clusters": ("clusters:clusters", "List the built-in cluster profiles (or `show` one)."),
+    "use": ("use:use", "Switch the project to CLUSTER: write its values (clusters.CLUSTER) into params.yaml."),
+    "layout": ("layout:layout", "Rank the data x tensor x pipeline (x ZeRO) layouts of a model on GPUS GPUs."),
+    "render": ("render:render", "Write the job script of every matrix item that calls `orchestrator run`."),
+    "run": ("jobs:run", "Run one job: what a DVC stage's cmd calls for a matrix item."),
+    "submit": ("jobs:submit", "Submit every stale orchestrated item at once and return (you may log out)."),
+    "sweep": ("jobs:sweep", "Submit a grid search at once and return; its points become DVC experiments."),
+    "exp": ("use:exp", "DVC experiments on a cluster, with its values."),
+    "status": ("jobs:status", "One table of the submitted items: state, job id, nodes, elapsed, exit code."),
+    "logs": ("jobs:logs", "Print the log of ITEM's newest job."),
+    "show": ("jobs:show", "How ITEM's newest job was produced: code, profile, script, job, nodes; and how to re-run it."),
+    "cancel": ("jobs:cancel", "Cancel the running and pending jobs of TARGETS (default: all submitted items)."),
+    "record": ("jobs:record", "Record in dvc.lock every orchestrated item of TARGETS whose job succeeded."),
+    "fetch": ("remote:fetch", "Bring the finished items' outputs and dvc.lock entries from the cluster's project folder here."),
+    "report": ("report:report", "Scaling report of STAGES (default: every stage with a run that has a throughput)."),
+    "profile-diff": (
+        "profile_diff:profile_diff",
+        "Compare the profiled operators of two runs: calls and host time per step, largest change first.",
     ),
-    (
-        "Run",
-        (
-            ("render", "orchestrator.cli.render:render", "Write the job script of every matrix item that calls `orchestrator run`."),
-            ("run", "orchestrator.cli.jobs:run", "Run one job: what a DVC stage's cmd calls for a matrix item."),
-            ("submit", "orchestrator.cli.jobs:submit", "Submit every stale orchestrated item at once and return (you may log out)."),
-            ("sweep", "orchestrator.cli.jobs:sweep", "Submit a grid search at once and return; its points become DVC experiments."),
-            ("exp", "orchestrator.cli.use:exp", "DVC experiments on a cluster, with its values."),
-        ),
-    ),
-    (
-        "Follow",
-        (
-            ("status", "orchestrator.cli.jobs:status", "One table of the submitted items: state, job id, nodes, elapsed, exit code."),
-            ("logs", "orchestrator.cli.jobs:logs", "Print the log of ITEM's newest job."),
-            (
-                "show",
-                "orchestrator.cli.jobs:show",
-                "How ITEM's newest job was produced: code, profile, script, job, nodes; and how to re-run it.",
-            ),
-            ("cancel", "orchestrator.cli.jobs:cancel", "Cancel the running and pending jobs of TARGETS (default: all submitted items)."),
-        ),
-    ),
-    (
-        "Results",
-        (
-            ("record", "orchestrator.cli.jobs:record", "Record in dvc.lock every orchestrated item of TARGETS whose job succeeded."),
-            (
-                "fetch",
-                "orchestrator.cli.remote:fetch",
-                "Bring the finished items' outputs and dvc.lock entries from the cluster's project folder here.",
-            ),
-            (
-                "report",
-                "orchestrator.cli.report:report",
-                "Scaling report of STAGES (default: every stage with a run that has a throughput).",
-            ),
-            (
-                "profile-diff",
-                "orchestrator.cli.profile_diff:profile_diff",
-                "Compare the profiled operators of two runs: calls and host time per step, largest change first.",
-            ),
-        ),
-    ),
-    (
-        "Images",
-        (("container", "orchestrator.cli.container:container", "Container images: build the image jobs run in (containers/images.yaml)."),),
-    ),
-    (
-        "Remote",
-        (
-            (
-                "remote",
-                "orchestrator.cli.remote:remote",
-                "The project on the cluster's login node: send it, follow a command there, open a shell there.",
-            ),
-        ),
-    ),
-    (
-        "Development",
-        (("testbed", "orchestrator.cli.testbed:testbed", "A real two-node Slurm cluster on this machine (profile `testbed`), for tests."),),
-    ),
-)
+    "container": ("container:container", "Container images: build the image jobs run in (containers/images.yaml)."),
+    "remote": ("remote:remote", "The project on the cluster's login node: send it, follow a command there, open a shell there."),
+    "testbed": ("testbed:testbed", "A real two-node Slurm cluster on this machine (profile `testbed`), for tests."),
+}
+# The commands by the workflow step they belong to, in --help's order.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Set up": ("init", "clusters", "use", "layout"),
+    "Run": ("render", "run", "submit", "sweep", "exp"),
+    "Follow": ("status", "logs", "show", "cancel"),
+    "Results": ("record", "fetch", "report", "profile-diff"),
+    "Images": ("container",),
+    "Remote": ("remote",),
+    "Development": ("testbed",),
+}
 
 # Old command names, kept for one release: each says its new name on stderr, then runs it.
 RENAMED = {"plan": "layout"}
@@ -112,27 +66,25 @@ class _Group(click.Group):
     Every command's module is imported only when that command is used: ``orchestrator --help``
     lists them from SECTIONS, grouped by workflow step, each summary whole."""
 
-    lazy: dict[str, str] = {name: target for _, rows in SECTIONS for name, target, _ in rows}
-
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for _, rows in SECTIONS for name, _, _ in rows]
+        return [name for names in SECTIONS.values() for name in names]
 
     def get_command(self, ctx: click.Context, name: str):
         if name in RENAMED:
             click.echo(f"orchestrator: `{name}` is now `{RENAMED[name]}`; the old name goes in the next release", err=True)
             name = RENAMED[name]
-        if name in self.lazy:
+        if name in COMMANDS:
             import importlib
 
-            module, attr = self.lazy[name].split(":")
-            return getattr(importlib.import_module(module), attr)
+            module, attr = COMMANDS[name][0].split(":")
+            return getattr(importlib.import_module(f"orchestrator.cli.{module}"), attr)
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        width = max(len(name) for name in self.lazy)  # one column for every section
-        for title, rows in SECTIONS:
+        width = max(map(len, COMMANDS))  # one column for every section
+        for title, names in SECTIONS.items():
             with formatter.section(title):
-                formatter.write_dl([(name.ljust(width), summary) for name, _, summary in rows])
+                formatter.write_dl([(name.ljust(width), COMMANDS[name][1]) for name in names])
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_paragraph()

@@ -54,6 +54,9 @@ class _Inputs:
 _POSITIVE = FiniteFloat(min=0, min_open=True)  # nan and inf would price a layout at nothing or forever
 
 
+PROFILES = "the profile's"  # a value not given comes from --cluster's profile
+
+
 @click.command("layout")
 @click.option(
     "--parameters",
@@ -75,29 +78,21 @@ _POSITIVE = FiniteFloat(min=0, min_open=True)  # nan and inf would price a layou
 @cluster_option(
     "Built-in profile name or profile file: GPUs per node, memory, peak FLOP/s (and bandwidths, when it has them)", default=None
 )
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None, show_default="the profile's", help="GPUs per node.")
-@click.option("--gpu-memory-gb", type=_POSITIVE, default=None, show_default="the profile's", help="Memory per GPU in GB.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), show_default=PROFILES, help="GPUs per node.")
+@click.option("--gpu-memory-gb", type=_POSITIVE, show_default=PROFILES, help="Memory per GPU in GB.")
 @click.option(
     "--intra-node-gbps",
     type=_POSITIVE,
-    default=None,
-    show_default=f"the profile's, else {lay.DEFAULT_INTRA_NODE_GBPS:g}: A100 NVLink3, 12 links x 25 GB/s",
+    show_default=f"{PROFILES}, else {lay.DEFAULT_INTRA_NODE_GBPS:g}: A100 NVLink3, 12 links x 25 GB/s",
     help="GB/s per GPU, one direction, inside a node.",
 )
 @click.option(
     "--inter-node-gbps",
     type=_POSITIVE,
-    default=None,
-    show_default=f"the profile's, else {lay.DEFAULT_INTER_NODE_GBPS:g}: one 200 Gb/s NIC per GPU",
+    show_default=f"{PROFILES}, else {lay.DEFAULT_INTER_NODE_GBPS:g}: one 200 Gb/s NIC per GPU",
     help="GB/s per GPU, one direction, between nodes: the node's injection bandwidth / its GPUs.",
 )
-@click.option(
-    "--peak-tflops",
-    type=_POSITIVE,
-    default=None,
-    show_default="the profile's",
-    help="Dense 16-bit TFLOP/s per GPU, to price the pipeline bubble.",
-)
+@click.option("--peak-tflops", type=_POSITIVE, show_default=PROFILES, help="Dense 16-bit TFLOP/s per GPU, to price the pipeline bubble.")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True, help="Sequences per micro-batch.")
 @click.option(
     "--global-batch", type=click.IntRange(min=1), default=lay.DEFAULT_GLOBAL_BATCH, show_default=True, help="Sequences per optimizer step."
