@@ -18,7 +18,7 @@ allocations, 8 one-GPU tasks at once on the two nodes, and its `debug` service p
 
 Bounds: every check holds, and the mean gap per wave <= 60 s (a wave's overhead small
 against the hours a real wave of training takes). The single-submission makespan of the
-same items is benchmarks/sweep.py's (1,000 items: 1,501 s on this testbed, README).
+same items is benchmarks/sweep.py's (1,000 items: 1,501 s on this testbed, docs/development/benchmarks.md).
 
 Needs root (the testbed; it sets the user's MaxSubmitJobs and clears it after).
 Usage: python benchmarks/waves.py [--items 1000] [--max-submit 250] [--sleep 1]

@@ -21,7 +21,7 @@ with dynamic per-tensor scales, the rest in bf16-mixed; on GPUs with FP8 matmuls
 ``--attention`` (the LM): which fused attention kernel ``scaled_dot_product_attention``
 runs. PyTorch tries FlashAttention-2 first everywhere; on Hopper and newer NVIDIA GPUs
 ``auto`` puts cuDNN's kernels first, which use the chip's own matrix instructions (wgmma,
-TMA) that FlashAttention-2 does not (see the README's GPU table for what that gains).
+TMA) that FlashAttention-2 does not (docs/development/benchmarks.md's GPU table says what that gains).
 """
 
 from __future__ import annotations
