@@ -8,7 +8,10 @@ is also where the jobs ran: outputs, the ledger (``.orchestrator/``), the DVC ca
 - ``git checkout --detach COMMIT``: only files git tracks change; untracked and ignored
   files (outputs, ledger, cache) stay. Never ``git clean``, never ``--force``. A file the
   new commit tracks that is untracked here stops the checkout (git's own refusal):
-  :class:`CheckoutRefused` lists them, nothing changed.
+  :class:`CheckoutRefused` lists them, nothing changed. Except a file whose bytes are
+  the commit's own: a result a run wrote here, fetched to the workstation and committed
+  there (a metrics file DVC does not cache) comes back as that same blob, so nothing is
+  lost when git puts it in place; it is set aside first and put back if git refuses.
 - Changes to tracked files made on the cluster would be lost, so they stop the sync
   (:class:`ClusterChanges`, listing them), with two exceptions, the files the project's
   own runs write there:
@@ -204,6 +207,10 @@ def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Ch
     # Untracked dvc.lock or .gitignore files the new commit brings would stop the checkout: merged as well.
     for path in _untracked_merged(git, commit):
         saved[path], base[path] = _read(root / path), None
+    # Untracked files that are already the commit's bytes (results fetched and committed on the workstation).
+    aside = {path: (root / path).read_bytes() for path in _untracked_as_committed(git, commit, set(saved))}
+    for path in aside:
+        (root / path).unlink()
     tracked = [p for p in saved if base[p] is not None]
     if tracked:
         git("checkout", "-q", "HEAD", "--", *tracked)
@@ -213,6 +220,8 @@ def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Ch
     done = git("checkout", "-q", "--detach", commit, check=False)
     if done.returncode != 0:
         _restore(root, saved)
+        for path, data in aside.items():
+            (root / path).write_bytes(data)
         raise CheckoutRefused(
             f"git refused to check out {commit[:12]} in {root}: nothing was changed there",
             done.stderr.strip().splitlines()[-12:],
@@ -284,6 +293,27 @@ def _untracked_merged(git: _Git, commit: str) -> list[str]:
         return []
     untracked = git("ls-files", "--others", "-z", "--", *wanted).stdout.split("\0")
     return [p for p in untracked if p]
+
+
+def _untracked_as_committed(git: _Git, commit: str, merged: set[str]) -> list[str]:
+    """Untracked, unignored regular files here that ``commit`` tracks with exactly their bytes.
+
+    Ignored files are left out: git replaces those itself. Anything else in the way (other
+    bytes, a link, a folder) is left for git to refuse, so the user sees it."""
+    untracked = [p for p in git("ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0") if p and p not in merged]
+    if not untracked:
+        return []
+    blobs = {}
+    for entry in git("ls-tree", "-r", "-z", commit).stdout.split("\0"):
+        meta, _, path = entry.partition("\t")
+        mode, kind, blob = (meta.split() + ["", "", ""])[:3]
+        if kind == "blob" and mode in ("100644", "100755"):
+            blobs[path] = blob
+    candidates = [p for p in untracked if p in blobs and (git.root / p).is_file() and not (git.root / p).is_symlink()]
+    if not candidates:
+        return []
+    hashes = git("hash-object", "--no-filters", "--", *candidates).stdout.split()
+    return [p for p, h in zip(candidates, hashes, strict=True) if h == blobs[p]]
 
 
 def _read(path: Path) -> str | None:

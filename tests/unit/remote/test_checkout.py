@@ -125,6 +125,29 @@ def test_an_untracked_file_in_the_way_stops_the_checkout_and_the_lock_is_put_bac
     assert (cl / "notes.txt").read_text() == "the cluster's own notes"
 
 
+def test_a_result_fetched_and_committed_on_the_workstation_does_not_stop_the_next_sync(repos):
+    """A run wrote metrics.json on the cluster; the workstation fetched and committed those same
+    bytes: the next checkout takes it (nothing differs), while other bytes there still stop it."""
+    ws, cl = repos
+    commit(ws, "one", **{"train.py": "v1\n"})
+    send(ws, cl)
+    (cl / "out").mkdir()
+    (cl / "out/metrics.json").write_text('{"loss": 0.5}\n')
+    (cl / "out/other.json").write_text("the cluster's\n")
+    two = commit(ws, "two", **{"out/metrics.json": '{"loss": 0.5}\n'})
+    send(ws, cl)
+    assert git(cl, "rev-parse", "HEAD") == two and (cl / "out/metrics.json").read_text() == '{"loss": 0.5}\n'
+    assert git(cl, "status", "--porcelain", "--", "out/metrics.json") == ""
+    # Same bytes in one file, other bytes in another: git refuses, and both stay as they were.
+    (cl / "out/b.json").write_text("same\n")
+    commit(ws, "three", **{"out/b.json": "same\n", "out/other.json": "the workstation's\n"})
+    with pytest.raises(CheckoutRefused, match="nothing was changed there") as caught:
+        send(ws, cl)
+    assert "out/other.json" in caught.value.render()
+    assert git(cl, "rev-parse", "HEAD") == two
+    assert (cl / "out/b.json").read_text() == "same\n" and (cl / "out/other.json").read_text() == "the cluster's\n"
+
+
 def test_uncommitted_changes_are_sent_applied_and_taken_back_out_by_the_next_sync(repos):
     ws, cl = repos
     head = commit(ws, "one", **{"train.py": "v1\n", "old.py": "old\n", "dvc.lock": lock(a="a1"), "logo.bin": "x"})
