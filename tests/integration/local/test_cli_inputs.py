@@ -13,7 +13,6 @@ folder may change, and a call that fails leaves no ``--out`` folder behind.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import tempfile
@@ -24,6 +23,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from support import ACCOUNT, make_project
 from support import examples as scaled
+
+from orchestrator.util.files import chdir
 
 SANDBOX = Path(tempfile.mkdtemp(prefix="orch-inputs-"))
 PROJECT = SANDBOX / "project"
@@ -125,16 +126,6 @@ def empty_outs() -> None:
         subprocess.run(["rm", "-rf", "--", str(entry)], check=True)
 
 
-@contextlib.contextmanager
-def in_folder(folder: Path):
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(old)
-
-
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path = SANDBOX, out: Path | None = None):
     """`orchestrator ARGS` in this process; checks the outcome's form and that nothing outside the
     project's own folders (and ``out``) changed. Returns click's result."""
@@ -144,7 +135,7 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path = SANDBOX, out:
 
     env = {**QUICK, **(env or {})}
     before = snapshot()
-    with in_folder(cwd):
+    with chdir(cwd):
         result = CliRunner().invoke(main, list(args), env=env)
     after = snapshot()
     event(f"{args[0]}: exit {result.exit_code}")
