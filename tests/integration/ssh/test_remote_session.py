@@ -20,15 +20,19 @@ pytestmark = pytest.mark.ssh
 LINES = 30
 
 
-def slow_orchestrator(where: Path) -> Path:
+def slow_orchestrator(where: Path, gate: Path) -> Path:
     """An `orchestrator` that prints LINES numbered lines 0.2 s apart and exits 3, except for
-    --version and `remote ...`, which the real one answers."""
+    --version and `remote ...`, which the real one answers. When a file `hold` sits beside
+    `gate`, it waits after line 5 (up to a minute) for `gate` to exist: a test that must act while
+    it runs opens the gate when done, instead of racing a fixed run time on a loaded machine."""
     where.mkdir()
     script = where / "orchestrator"
     script.write_text(
         "#!/bin/sh\n"
         f'case "$1" in --version|remote) exec {sys.executable} -m orchestrator "$@";; esac\n'
-        f'i=0; while [ $i -lt {LINES} ]; do echo "line $i of $*"; i=$((i+1)); sleep 0.2; done\n'
+        f'i=0; while [ $i -lt {LINES} ]; do echo "line $i of $*"; i=$((i+1)); sleep 0.2\n'
+        f'  if [ $i = 6 ] && [ -e {gate.parent}/hold ]; then w=0; while [ ! -e {gate} ] && [ $w -lt 600 ]; do sleep 0.1; w=$((w+1)); done; fi\n'
+        "done\n"
         "exit 3\n"
     )
     script.chmod(0o755)
@@ -37,7 +41,7 @@ def slow_orchestrator(where: Path) -> Path:
 
 @pytest.fixture
 def slow(login, tmp_path):
-    login.set_setup([f"export PATH={slow_orchestrator(tmp_path / 'bin')}:$PATH"])
+    login.set_setup([f"export PATH={slow_orchestrator(tmp_path / 'bin', tmp_path / 'gate' / 'open')}:$PATH"])
     return login.workstation(tmp_path / "ws" / "proj")
 
 
@@ -88,16 +92,27 @@ def test_ctrl_c_stops_only_the_following_and_attach_picks_it_up(login, slow):
     _every_line_once(attached.stdout, "status")  # from the start, to the end
 
 
-def test_a_second_submit_while_one_runs_follows_it(login, slow):
+def test_a_second_submit_while_one_runs_follows_it(login, slow, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()  # the first submit there waits after line 5 until the second follows it
     first = login.popen("submit", "--remote", cwd=slow)
     _wait_for(login, "submit", "line 3 of")
     login.stop_master()
     first.kill()  # the workstation's side is gone; the submit there goes on
     first.communicate()
-    second = login.orchestrator("submit", "--remote", cwd=slow)
-    assert second.returncode == 3, second.stdout + second.stderr
-    assert "still running on login-node" in second.stderr and "nothing sent" in second.stderr
-    _every_line_once(second.stdout, "submit")
+    second = login.popen("submit", "--remote", cwd=slow)
+    said = ""
+    while "still running on login-node" not in said:
+        line = second.stderr.readline()
+        assert line, f"the second submit ended without following the first: {said}"
+        said += line
+    (gate / "open").touch()
+    out, err = second.communicate(timeout=120)
+    said += err
+    assert second.returncode == 3, out + said
+    assert "nothing sent" in said, said
+    _every_line_once(out, "submit")
     assert len(_logs(login, "submit")) == 1  # one submit ran there
     # Once it has ended, the next submit runs anew (syncing first).
     third = login.orchestrator("submit", "--remote", cwd=slow)
