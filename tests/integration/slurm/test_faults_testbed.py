@@ -87,6 +87,20 @@ def report(name: str, **counts) -> None:
     print(f"\nRELIABILITY {name}: " + json.dumps(counts), file=sys.stderr)
 
 
+def _mended_dvc_lock(project: Path, said: str) -> bool:
+    """What the guarantees page tells a user whose `dvc repro` stops on DVC's own lock file:
+    `dvc repro` killed while DVC rewrote .dvc/tmp/rwlock in place leaves it cut short, and DVC
+    reads it before any stage (or the orchestrator) runs. `orchestrator record` mends it and
+    records what finished; True when that happened."""
+    if "Unable to read RWLock-file" not in said:
+        return False
+    mended = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "record"], cwd=project, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert mended.returncode == 0 and "cut short by a killed DVC process" in mended.stdout + mended.stderr, mended.stdout + mended.stderr
+    return True
+
+
 def test_login_process_killed_at_random_points_converges_without_duplicates(slurm_testbed, tmp_path):
     """`dvc repro` (with its `orchestrator run`s) is SIGKILLed, as a login node kills a
     session, at random moments (planning, sbatch, waiting, DVC recording) at least 20
@@ -99,7 +113,7 @@ def test_login_process_killed_at_random_points_converges_without_duplicates(slur
     project = work_project(tmp_path / "p", names, seconds=4)
     since = time.time()
     rng = random.Random(20261121)
-    kills, rounds = 0, 0
+    kills, rounds, mends = 0, 0, 0
     out = tmp_path / "repro.log"
     while kills < 20:
         with out.open("w") as log:
@@ -118,12 +132,18 @@ def test_login_process_killed_at_random_points_converges_without_duplicates(slur
                 proc.wait()
                 kills += 1
                 continue
+        if rc != 0 and _mended_dvc_lock(project, out.read_text()):
+            mends += 1
+            continue
         assert rc == 0, out.read_text()
         rounds += 1
         params = yaml.safe_load((project / "params.yaml").read_text())
         params["seconds"] = 4 + rounds / 100
         (project / "params.yaml").write_text(yaml.safe_dump(params))
     done = dvc(project, "repro", timeout=600)
+    if done.returncode != 0 and _mended_dvc_lock(project, done.stdout + done.stderr):
+        mends += 1
+        done = dvc(project, "repro", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = jobs_of(ACCOUNT, since, project, expect=len(names) * (rounds + 1))
     assert all(job[2] == "COMPLETED" for job in jobs), f"failed jobs: {jobs}"
@@ -138,7 +158,10 @@ def test_login_process_killed_at_random_points_converges_without_duplicates(slur
         )
     assert_intact(project, names)
     adopted = sum(r.adopted for history in book.items().values() for r in history.records)
-    report("login process killed", kills=kills, matrix_versions=rounds + 1, jobs=len(jobs), duplicates=0, adopted_orphans=adopted)
+    report(
+        "login process killed", kills=kills, matrix_versions=rounds + 1, jobs=len(jobs), duplicates=0, adopted_orphans=adopted,
+        dvc_lock_mends=mends,
+    )  # fmt: skip
 
 
 def test_killed_between_sbatch_and_the_ledger_adopts_the_orphaned_job(slurm_testbed, tmp_path):
