@@ -535,10 +535,11 @@ def dvc(project: Path, *args: str, env: dict | None = None, timeout: float = 300
     )
 
 
-def jobs_of(account: str, since: float, project: Path | None = None, expect: int = 0) -> list[list[str]]:
-    """Jobs under ``account`` since ``since`` (sacct), submitted from ``project`` if given:
-    other tests' jobs may overlap in time. With ``expect``, waits up to 60 s for that
-    many: slurmdbd may record a job that just ended a while later (seen: over 10 s)."""
+def jobs_of(account: str, since: float, project: Path | None = None, expect: int = 0, inside: bool = False) -> list[list[str]]:
+    """Jobs under ``account`` since ``since`` (sacct), submitted from ``project`` if given
+    (``inside``: from it or a folder in it, such as a temporary experiment's): other tests'
+    jobs may overlap in time. With ``expect``, waits up to 60 s for that many: slurmdbd may
+    record a job that just ended a while later (seen: over 10 s)."""
     # The working dir tells the jobs apart; the window only bounds the query, wide
     # enough for a clock that steps (this VM's has, mid-suite).
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 3600))
@@ -547,7 +548,8 @@ def jobs_of(account: str, since: float, project: Path | None = None, expect: int
     while True:
         done = subprocess.run(argv, capture_output=True, text=True, check=True)
         rows = [line.split("|") for line in done.stdout.splitlines() if line]
-        found = [row[:4] for row in rows if project is None or row[4] == str(project.resolve())]
+        where = str(project.resolve()) if project else ""
+        found = [row[:4] for row in rows if not where or row[4] == where or (inside and row[4].startswith(where + "/"))]
         if len(found) >= expect or time.time() > deadline:
             return found
         time.sleep(1)

@@ -10,8 +10,10 @@ import time
 
 import pytest
 import yaml
-from support import ACCOUNT, make_project, with_git
+from support import ACCOUNT, jobs_of, make_project, with_git
 from support import dvc_exp as dvc
+
+from orchestrator.jobs import ledger
 
 pytestmark = pytest.mark.slurm
 
@@ -37,18 +39,6 @@ PARAMS = {
 }
 
 
-def jobs_since(since: float, workdir: str, n: int) -> list[list[str]]:
-    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))
-    argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", ACCOUNT, "--format=JobName,State,WorkDir"]
-    deadline = time.time() + 60  # slurmdbd records an ended job a while later
-    while True:
-        rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
-        ours = [row for row in rows if row[-1] == workdir or row[-1].startswith(workdir + "/")]
-        if len(ours) >= n or time.time() > deadline:
-            return ours
-        time.sleep(1)
-
-
 def test_only_the_switched_values_run_on_the_testbed(slurm_testbed, tmp_path):
     project = with_git(make_project(tmp_path / "p", dvc_yaml=DVC_YAML, params_yaml=yaml.safe_dump(PARAMS)), "switch")
     since = time.time()
@@ -56,7 +46,10 @@ def test_only_the_switched_values_run_on_the_testbed(slurm_testbed, tmp_path):
     refused = dvc(project, "exp", "run", "--temp", "-n", "unswitched", "-S", "orchestrator.cluster=testbed")
     assert refused.returncode != 0
     assert "orchestrator use testbed" in refused.stdout + refused.stderr
-    assert jobs_since(since, str(project.resolve()), 1) == []
+    # Refused before anything was planned: no ledger entry, no job (a job submitted would be in
+    # sacct from its submission on).
+    assert not (project / ".orchestrator/ledger").exists()
+    assert jobs_of(ACCOUNT, since, project, inside=True) == []
 
     # One experiment with testbed's values: its two items, as jobs, and dvc exp show has them.
     done = subprocess.run(
@@ -76,12 +69,14 @@ def test_only_the_switched_values_run_on_the_testbed(slurm_testbed, tmp_path):
     assert (project / "params.yaml").read_text() == yaml.safe_dump(PARAMS)  # the workspace as it was
 
     # The documented switch in the workspace: `orchestrator use testbed`, then dvc repro.
-    since = time.time()
     switched = subprocess.run(["orchestrator", "use", "testbed"], cwd=project, capture_output=True, text=True)
     assert switched.returncode == 0, switched.stdout + switched.stderr
     repro = subprocess.run(["dvc", "repro"], cwd=project, capture_output=True, text=True, timeout=400)
     assert repro.returncode == 0, repro.stdout + repro.stderr
     assert sorted(p.name for p in (project / "out").iterdir()) == ["m1.json", "m2.json"]
-    rows = [row for row in jobs_since(since, str(project.resolve()), 3) if row[-1] == str(project.resolve())]
-    assert len(rows) == 2 and {row[1] for row in rows} == {"COMPLETED"}, rows
-    assert sorted(row[0] for row in rows) == ["work@1", "work@2"] or all("work" in row[0] for row in rows), rows
+    # Exactly the overlay's two items ran from the workspace, each as the job its ledger names
+    # (the temporary experiment's jobs ran in their own folders).
+    jobs = jobs_of(ACCOUNT, since, project, expect=2)
+    book = ledger.Ledger(project)
+    assert sorted((job[1], job[2]) for job in jobs) == [("work@1", "COMPLETED"), ("work@2", "COMPLETED")], jobs
+    assert sorted(job[0] for job in jobs) == sorted(r.job_id for item in ("work@1", "work@2") for r in book.records(item)), jobs

@@ -31,7 +31,9 @@ def slow_orchestrator(where: Path, gate: Path) -> Path:
         "#!/bin/sh\n"
         f'case "$1" in --version|remote) exec {sys.executable} -m orchestrator "$@";; esac\n'
         f'i=0; while [ $i -lt {LINES} ]; do echo "line $i of $*"; i=$((i+1)); sleep 0.2\n'
-        f'  if [ $i = 6 ] && [ -e {gate.parent}/hold ]; then w=0; while [ ! -e {gate} ] && [ $w -lt 600 ]; do sleep 0.1; w=$((w+1)); done; fi\n'
+        f"  if [ $i = 6 ] && [ -e {gate.parent}/hold ]; then w=0\n"
+        f"    while [ ! -e {gate} ] && [ $w -lt 600 ]; do sleep 0.1; w=$((w+1)); done\n"
+        "  fi\n"
         "done\n"
         "exit 3\n"
     )
