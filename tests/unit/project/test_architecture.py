@@ -26,7 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "containers": {*CORE},
     "testbed": {"util"},
     "remote": {*CORE},
-    "cli": {*CORE, "analysis", "jobs", "containers", "testbed", "remote"},
+    "project": {*CORE, "containers"},
+    "cli": {*CORE, "analysis", "jobs", "containers", "testbed", "remote", "project"},
 }
 BASE = {"errors", "__version__"}
 
