@@ -1,6 +1,6 @@
 """A run's cost in the site's billing units (GPU-hours on LUMI, node-hours on Frontier).
 
-The rates come from the profile's ``site.billing`` (:class:`~orchestrator.config.profile.Billing`);
+The rates come from the profile's ``site.billing`` (:class:`~orchestrator.config.profile_schema.Billing`);
 how the partition allocates decides which one applies: a whole-node partition bills
 every node the job held, whatever it used of them; a shared one bills the GPUs the
 job was given. The value is what the site's accounting should charge for the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.config.profile import Billing
+from orchestrator.config.profile_schema import Billing
 
 SECONDS_PER_HOUR = 3600.0
 

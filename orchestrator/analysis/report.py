@@ -25,7 +25,7 @@ from orchestrator.analysis.energy import Emissions, Energy
 from orchestrator.analysis.mfu import mfu, number
 from orchestrator.analysis.runs import Run
 from orchestrator.analysis.scaling import Mode, Scaled, ScalingPoint, baseline_index, scale, scaling_mode, throughput_of
-from orchestrator.config import profile
+from orchestrator.config.profile_schema import Gpu, Profile
 
 
 def _profiled_seconds(profile: Any) -> dict[str, float]:
@@ -137,7 +137,7 @@ class Report:
 
 def build(
     runs: Sequence[Run],
-    profiles: Mapping[str, profile.Profile],
+    profiles: Mapping[str, Profile],
     accounting: energy.Accounting | None,
     overrides: Overrides,
     cluster: str,
@@ -218,7 +218,7 @@ def _point(run: Run) -> ScalingPoint:
     return ScalingPoint(_gpus(run) or 0, throughput, number(m.get("batch_size")), number(m.get("global_batch_size")))
 
 
-def _device(m: Mapping[str, Any] | None, gpu: profile.Gpu | None) -> str:
+def _device(m: Mapping[str, Any] | None, gpu: Gpu | None) -> str:
     """What produced a run's figures: the device the run itself named (metrics' ``device``),
     else the profile's GPU; CPU where the run says it ran on CPU or nothing says otherwise."""
     if m is not None and m.get("accelerator") == "cpu":
@@ -232,7 +232,7 @@ def _device(m: Mapping[str, Any] | None, gpu: profile.Gpu | None) -> str:
 
 
 def _row(
-    run: Run, point: ScalingPoint, scaled: Scaled, prof: profile.Profile, accounting: energy.Accounting | None, overrides: Overrides
+    run: Run, point: ScalingPoint, scaled: Scaled, prof: Profile, accounting: energy.Accounting | None, overrides: Overrides
 ) -> ReportRow:
     m = run.metrics
     gpu = prof.node.gpu
@@ -254,7 +254,7 @@ def _row(
     )  # fmt: skip
 
 
-def _cost(run: Run, prof: profile.Profile, elapsed: float | None, extra: str) -> tuple[float | None, str]:
+def _cost(run: Run, prof: Profile, elapsed: float | None, extra: str) -> tuple[float | None, str]:
     """What the site bills for the run's allocation: whole nodes on a whole-node partition, else its GPUs."""
     billing = prof.site.billing
     if billing is None:
@@ -269,7 +269,7 @@ def _cost(run: Run, prof: profile.Profile, elapsed: float | None, extra: str) ->
     return value, f"{note}{extra}; {billing.source}"
 
 
-def _site(prof: profile.Profile, overrides: Overrides) -> tuple[float | None, float | None, str]:
+def _site(prof: Profile, overrides: Overrides) -> tuple[float | None, float | None, str]:
     """PUE and carbon intensity (options win over the profile), and where they come from."""
     site = f"{prof.name}'s site ({prof.site.source or 'no source given'})"
     pue, carbon = overrides.pue, overrides.carbon_intensity_g_per_kwh
@@ -284,7 +284,7 @@ def _site(prof: profile.Profile, overrides: Overrides) -> tuple[float | None, fl
     return pue, carbon, ", ".join(where)
 
 
-def _elapsed(run: Run, prof: profile.Profile, accounting: energy.Accounting | None) -> tuple[float | None, _Accounted, str]:
+def _elapsed(run: Run, prof: Profile, accounting: energy.Accounting | None) -> tuple[float | None, _Accounted, str]:
     """How long the run's job held its allocation (every run of a requeued job where accounting
     lists them, else provenance's last run: ``extra`` says so), and the accounting that
     applies to it (None, with the reason, when none does)."""
@@ -321,7 +321,7 @@ class _Accounted:
     why_not: str | None  # when accounting does not apply to the run
 
 
-def _energy(run: Run, prof: profile.Profile, device: str, applies: _Accounted, elapsed: float | None, extra: str) -> energy.Energy:
+def _energy(run: Run, prof: Profile, device: str, applies: _Accounted, elapsed: float | None, extra: str) -> energy.Energy:
     acct = applies.accounting
     accounted = (None, applies.why_not) if applies.why_not else energy.from_accounting(acct, (run.provenance or {}).get("job_id"))
     sampled = energy.from_samples(run.metrics)

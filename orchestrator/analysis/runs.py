@@ -22,6 +22,8 @@ from typing import Any
 
 from orchestrator.analysis.scaling import throughput_of
 from orchestrator.config import profile
+from orchestrator.config.profile_schema import LoadedProfile, Profile
+from orchestrator.errors import ProfileError
 from orchestrator.pipeline import runargs, stages
 
 METRICS_FILE = "metrics.json"
@@ -208,11 +210,11 @@ def with_throughput(runs: Sequence[Run]) -> list[str]:
     return stages
 
 
-def load_profiles(runs: Sequence[Run], fallback: profile.LoadedProfile) -> tuple[dict[str, profile.Profile], list[str]]:
+def load_profiles(runs: Sequence[Run], fallback: LoadedProfile) -> tuple[dict[str, Profile], list[str]]:
     """Each run's profile, by item: the one its provenance names (built-in, or the file it was
     read from when that is still there), else ``fallback``; and notes on every fallback."""
-    cache: dict[tuple[str, str], profile.Profile | None] = {}
-    chosen: dict[str, profile.Profile] = {}
+    cache: dict[tuple[str, str], Profile | None] = {}
+    chosen: dict[str, Profile] = {}
     notes = []
     for run in runs:
         prov = run.provenance or {}
@@ -224,7 +226,7 @@ def load_profiles(runs: Sequence[Run], fallback: profile.LoadedProfile) -> tuple
                 where = name if source == "built-in" else str(source)
                 try:
                     cache[key] = profile.load(where).profile
-                except profile.ProfileError:
+                except ProfileError:
                     cache[key] = None
             found = cache[key]
             if found is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.options import FiniteFloat, WholeGroup, cluster_option, display_path, given_or_old, old_spelling, project_option
-from orchestrator.config.profile import BUILDERS
+from orchestrator.config.profile_schema import BUILDERS
 from orchestrator.containers.build import DEFAULT_TIMEOUT, IMAGES_DIR, build
 from orchestrator.containers.destination import PushDestination, push_destination  # noqa: F401  (PushDestination: its answer, for callers)
 from orchestrator.containers.images import CONTAINERS_DIR, ContainerError

@@ -114,10 +114,11 @@ def _here(project: Path, cluster: str | None, request: Request, runner, checked:
 def guard_target(target: Path, name: str, replace: bool, say) -> None:
     """Refuse to build over a file at ``target`` that holds another image (or one of unknown
     name) unless ``replace``: the rule `--push` follows (push.guard)."""
-    from orchestrator.containers import identity, push
+    from orchestrator.containers import identity
+    from orchestrator.containers.push_target import guard
 
     if target.exists():
-        push.guard(str(target), identity.identify(target), target, identity.Identity(name), replace, say)
+        guard(str(target), identity.identify(target), target, identity.Identity(name), replace, say)
 
 
 def image_path(template: str | None, workspace: Path, account: str | None) -> Path:
@@ -171,9 +172,9 @@ def _over_ssh(project: Path, cluster: str | None, request: Request, with_changes
     from orchestrator.containers import images
     from orchestrator.containers.build import write_digest
     from orchestrator.remote import destination
-    from orchestrator.remote.connection import RemoteError
     from orchestrator.remote.session import command
     from orchestrator.util.runner import Stopped
+    from orchestrator.util.ssh import RemoteError
 
     # Everything that can be refused here is, before anything is sent.
     prm = params.load(project)

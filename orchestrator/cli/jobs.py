@@ -88,6 +88,7 @@ def submit(
     detached; its output streams here. Cut off, it finishes there; run it again to follow it.
     """
     from orchestrator.jobs import detached
+    from orchestrator.jobs.recorder import NO_WAVE_LEFT
     from orchestrator.util.runner import SubprocessRunner
 
     force = force or old_force
@@ -103,7 +104,7 @@ def submit(
         done = detached.submit(project, cluster, SubprocessRunner(), targets, say=say, force=force, since=since)
     if not done:
         if since is not None:
-            sys.exit(detached.NO_WAVE_LEFT)
+            sys.exit(NO_WAVE_LEFT)
         click.echo("nothing to submit: every orchestrated stage is up to date")
         return
     rows = [(s.item, s.job_id, ("attached, " if s.attached else "") + s.state.value, ",".join(s.after) or "-") for s in done]
@@ -149,8 +150,8 @@ def sweep(
     With --remote, from a workstation: as `submit --remote`, the committed state is sent
     to the login node and the sweep runs there, detached; its output streams here.
     """
-    from orchestrator.jobs import detached
     from orchestrator.jobs import sweep as sw
+    from orchestrator.jobs.recorder import NO_WAVE_LEFT
 
     if with_changes and not remote:
         raise OrchestratorError("--with-changes goes with --remote (it says what to send to the login node)")
@@ -177,7 +178,7 @@ def sweep(
             raise OrchestratorError("--next-wave needs the sweep's --name")
         wave = sw.next_wave(project, cluster, SubprocessRunner(), name, since, say=say)
         if wave is None:
-            sys.exit(detached.NO_WAVE_LEFT)
+            sys.exit(NO_WAVE_LEFT)
         return
     made, jobs, recorder = sw.submit(project, cluster, SubprocessRunner(), sets, targets, name, say=say)
 
@@ -195,9 +196,10 @@ def sweep(
 
 def _waiting(project: Path, row) -> int:
     """How many items the recording job of ``row`` leaves for later waves (0: it is no such job)."""
-    from orchestrator.jobs import detached, ledger
+    from orchestrator.jobs import ledger
+    from orchestrator.jobs.recorder import RECORD_ITEM
 
-    if row.item != detached.RECORD_ITEM and not row.item.startswith("orchestrator:sweep:"):
+    if row.item != RECORD_ITEM and not row.item.startswith("orchestrator:sweep:"):
         return 0
     rec = next((r for r in reversed(ledger.Ledger(project).records(row.item)) if r.job_id == row.job_id), None)
     return int(rec.provenance.get("waiting", 0)) if rec else 0

@@ -15,7 +15,7 @@ import click
 from orchestrator.cli.options import FiniteFloat, cluster_option, project_option
 
 if TYPE_CHECKING:
-    from orchestrator.config.profile import Profile
+    from orchestrator.config.profile_schema import Profile
     from orchestrator.scripts.workspace import Workspace
 
 

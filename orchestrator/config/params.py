@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from orchestrator.config.profile import HOST_PATTERN
+from orchestrator.config.profile_checks import HOST_PATTERN
 from orchestrator.errors import ConfigError
 from orchestrator.slurm import times
 from orchestrator.util import yamlio

@@ -18,33 +18,13 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.config.profile_checks import HOST_PATTERN, PLANNED_OPTIONS, problems
+from orchestrator.config.profile_checks import problems
 from orchestrator.config.profile_schema import (
-    BUILDERS,
-    LEAKED_CONTAINER_VARS,
-    LOGIN_ROOT_VARIABLES,
-    Billing,
-    Container,
-    ContainerBuild,
-    Environment,
-    Gpu,
     LoadedProfile,
-    Login,
-    Node,
-    Partition,
     Profile,
-    Scheduler,
-    Site,
-    Storage,
 )
 from orchestrator.errors import ConfigError, ProfileError, UnreadableFile
 from orchestrator.util import files, yamlio
-
-__all__ = [
-    "BUILDERS", "BUILTIN_DIR", "HOST_PATTERN", "LEAKED_CONTAINER_VARS", "LOGIN_ROOT_VARIABLES", "PLANNED_OPTIONS", "Billing", "Container",
-    "ContainerBuild", "Environment", "Gpu", "LoadedProfile", "Login", "Node", "Partition", "Profile", "Scheduler", "Site",
-    "Storage", "builtin_names", "load", "problems",
-]  # fmt: skip
 
 BUILTIN_DIR = Path(__file__).parent / "profiles"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from orchestrator.config import machine, params, profile
+from orchestrator.config.profile_schema import LoadedProfile
 from orchestrator.slurm import config as slurm_config
 from orchestrator.util.runner import Runner, SubprocessRunner
 
@@ -36,7 +37,7 @@ def detect_cluster(runner: Runner) -> str | None:
     return None
 
 
-def machine_profile(loaded: profile.LoadedProfile, runner: Runner | None = None) -> profile.LoadedProfile:
+def machine_profile(loaded: LoadedProfile, runner: Runner | None = None) -> LoadedProfile:
     """A profile without a scheduler describes this machine: the cores this process may
     use and the GPUs here, not the file's figures. Which items run on those GPUs is
     the plan's choice (scripts.devices)."""
@@ -48,5 +49,5 @@ def machine_profile(loaded: profile.LoadedProfile, runner: Runner | None = None)
     return dataclasses.replace(loaded, profile=dataclasses.replace(p, node=node), machine=found)
 
 
-def load_profile(name: str, runner: Runner | None = None) -> profile.LoadedProfile:
+def load_profile(name: str, runner: Runner | None = None) -> LoadedProfile:
     return machine_profile(profile.load(name), runner)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.config import binding
-from orchestrator.config.profile import LoadedProfile
+from orchestrator.config.profile_schema import LoadedProfile
 
 
 def describe(loaded: LoadedProfile) -> str:

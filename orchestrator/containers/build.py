@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.config.profile import BUILDERS
+from orchestrator.config.profile_schema import BUILDERS
 from orchestrator.containers import definition, leftovers, progress
 from orchestrator.containers.images import CONTAINERS_DIR, SAFE_PATH, BuildError, ContainerError, select
 from orchestrator.containers.inputs import BIG_FILE, Input, Prepared, content_hash, digest_inputs, prepare
@@ -166,7 +166,7 @@ class BuildResult:
 
 
 def builder_flags(builder: str) -> list[str]:
-    """The runtime's build flags for ``builder`` (:data:`~orchestrator.config.profile.BUILDERS`):
+    """The runtime's build flags for ``builder`` (:data:`~orchestrator.config.profile_schema.BUILDERS`):
     ``fakeroot`` maps root in the image to the user (user namespaces or the site's fakeroot);
     ``proot`` passes none, so that SingularityCE, run by a user without them, builds through ``proot``."""
     if builder not in BUILDERS:

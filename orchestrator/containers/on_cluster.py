@@ -1,7 +1,7 @@
 """What `container build NAME --on-cluster` submits: the build job's plan and its script, pure.
 
 On a login node, ``orchestrator container build NAME --on-cluster`` builds the image in a
-Slurm job of the profile's ``container.build`` partition (:class:`~orchestrator.config.profile.ContainerBuild`),
+Slurm job of the profile's ``container.build`` partition (:class:`~orchestrator.config.profile_schema.ContainerBuild`),
 straight to the path its jobs read it from (``container.image``). The job runs the same
 ``container build`` with ``--out`` that path, so the content hash, the stamp beside the
 image, the lock and the digest file are those of a local build: a build of the same inputs
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import __version__
-from orchestrator.config.profile import Profile
+from orchestrator.config.profile_schema import Profile
 from orchestrator.containers.build import IMAGES_DIR
 from orchestrator.containers.images import ContainerError
 from orchestrator.scripts import render

@@ -21,7 +21,7 @@ from orchestrator.containers.images import ContainerError
 from orchestrator.util.files import display_path
 
 if TYPE_CHECKING:
-    from orchestrator.config.profile import Profile
+    from orchestrator.config.profile_schema import Profile
     from orchestrator.scripts.plan import Plan
     from orchestrator.scripts.workspace import Workspace
     from orchestrator.util.runner import Runner

@@ -31,7 +31,7 @@ from pathlib import Path
 from orchestrator.errors import PlanError
 from orchestrator.jobs import arrays, backends, ledger, submission
 from orchestrator.jobs.batch import Batch, ItemJob, levels, stale, unplannable
-from orchestrator.jobs.recorder import NO_WAVE_LEFT, RECORD_ITEM, RecordingJob, submit_recorder
+from orchestrator.jobs.recorder import RECORD_ITEM, RecordingJob, submit_recorder
 from orchestrator.jobs.waves import deferred as waves_left
 from orchestrator.jobs.waves import ended_since, followed, followed_in
 from orchestrator.pipeline import dvclock
@@ -42,22 +42,6 @@ from orchestrator.slurm import config as slurm_config
 from orchestrator.slurm.states import State
 from orchestrator.util import files
 from orchestrator.util.runner import Runner
-
-# Callers import these from here: the batch, waves and the recording job are parts of a detached submission.
-__all__ = [
-    "NO_WAVE_LEFT",
-    "RECORD_ITEM",
-    "Batch",
-    "ItemJob",
-    "RecordingJob",
-    "ended_since",
-    "followed",
-    "queue",
-    "stale",
-    "submit",
-    "submit_recorder",
-    "unplannable",
-]
 
 
 def submit(

@@ -21,7 +21,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.scripts.plan import safe_name, workspace_tag
+from orchestrator.scripts.job_environment import workspace_tag
+from orchestrator.scripts.plan import safe_name
 
 EXPS_DIR = ".orchestrator/exps"
 PLACEHOLDER = "${ORCH_EXPERIMENT_COPY}"

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.analysis import energy
-from orchestrator.config import params, profile
+from orchestrator.config import params
+from orchestrator.config.profile_schema import LoadedProfile
 from orchestrator.errors import JobFailed, PipelineError, PlanError
 from orchestrator.jobs import backends, experiment, faults, ledger, provenance, together
 from orchestrator.jobs.submission import Submission, SubmitOutcome, attach_or_submit, bring_outputs
@@ -81,7 +82,7 @@ def _find_root(start: Path) -> Path:
     return start
 
 
-def backend_for(plan: Plan, loaded: profile.LoadedProfile, root: Path, runner: Runner) -> backends.Backend:
+def backend_for(plan: Plan, loaded: LoadedProfile, root: Path, runner: Runner) -> backends.Backend:
     if plan.form == "sbatch":
         return backends.SbatchBackend(root, runner, loaded.profile.scheduler.cluster_name)
     return backends.ProcessBackend(root, runner, "local" if plan.form == "local" else "srun")

@@ -24,7 +24,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from orchestrator.analysis import energy, runs
-from orchestrator.config.profile import LoadedProfile
+from orchestrator.config.profile_schema import LoadedProfile
 from orchestrator.jobs import ledger
 from orchestrator.pipeline import stages
 from orchestrator.scripts import cluster_checks

@@ -46,6 +46,9 @@ from pathlib import Path
 
 from orchestrator.errors import ConfigError, OrchestratorError, PlanError, UnreadableFile
 from orchestrator.jobs import backends, detached, record
+from orchestrator.jobs.batch import Batch, ItemJob, stale, unplannable
+from orchestrator.jobs.recorder import RecordingJob, submit_recorder
+from orchestrator.jobs.waves import ended_since, followed
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.util import files
 from orchestrator.util.git import Git
@@ -345,7 +348,7 @@ def submit(
     name: str | None = None,
     say: Callable[[str], None] = print,
     now: Callable[[], float] | None = None,
-) -> tuple[Sweep, dict[str, list[detached.ItemJob]], detached.ItemJob | None]:
+) -> tuple[Sweep, dict[str, list[ItemJob]], ItemJob | None]:
     """Make the sweep's copies, submit every point's stale items, then its recording job.
 
     The same command again (a point failed, the login node went away mid-way) submits
@@ -389,7 +392,7 @@ def _plan(
     todo: list[SweepPoint],
     params: dict[str, dict[Path, bytes]],
     made: list[Path],
-) -> list[detached.Batch]:
+) -> list[Batch]:
     """Every point's copy (``made`` gets those made now) and its stale items, planned; one
     PlanError naming each point that cannot be submitted, and why."""
     cache = _cache_dir(root)
@@ -397,8 +400,8 @@ def _plan(
     for point in todo:
         try:
             copy = _copy(root, runner, sweep, point, cache, params[point.name], made)
-            batch = detached.stale(copy, cluster, runner, sweep.targets, label=point.name)
-            problems += [f"{point.name}: {who}: {why}" for who, why in detached.unplannable(batch.ws, sweep.targets)]
+            batch = stale(copy, cluster, runner, sweep.targets, label=point.name)
+            problems += [f"{point.name}: {who}: {why}" for who, why in unplannable(batch.ws, sweep.targets)]
         except OrchestratorError as exc:
             problems.append(f"{point.name}: {'; '.join([exc.headline, *exc.problems])}")
             continue
@@ -421,7 +424,7 @@ def _abandon(root: Path, runner: Runner, sweep: Sweep, made: list[Path], manifes
 
 def next_wave(
     root: Path, cluster: str | None, runner: Runner, name: str, since: float, say: Callable[[str], None] = print, now=None
-) -> tuple[dict[str, list[detached.ItemJob]], detached.ItemJob | None] | None:
+) -> tuple[dict[str, list[ItemJob]], ItemJob | None] | None:
     """The recording job's, where the site's MaxSubmitJobs cut sweep ``name`` into waves
     (the first submitted at ``since``): submit the next wave of its unsaved points' items,
     leaving out those with a job since then; None when no item is left to submit."""
@@ -431,11 +434,11 @@ def next_wave(
     root = root.resolve()
     sweep = Sweep.load(root, name)
     todo = [p for p in sweep.points if not p.saved and (root / p.folder).is_dir()]
-    batches = [detached.stale(root / p.folder, cluster, runner, sweep.targets, label=p.name) for p in todo]
+    batches = [stale(root / p.folder, cluster, runner, sweep.targets, label=p.name) for p in todo]
     ws = Workspace.open(root, cluster, runner, form="sbatch")
     backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
-    batches = detached.ended_since(batches, backend, since, say)
-    if all(detached.followed(b) for b in batches):
+    batches = ended_since(batches, backend, since, say)
+    if all(followed(b) for b in batches):
         say(f"every item of sweep {name} has had its job: no further wave")
         return None
     return _queue(ws, backend, cluster, runner, sweep, todo, batches, now(), since, say)
@@ -452,7 +455,7 @@ def _queue(
     at: float,
     since: float | None,
     say,
-) -> tuple[dict[str, list[detached.ItemJob]], detached.ItemJob | None]:
+) -> tuple[dict[str, list[ItemJob]], ItemJob | None]:
     """Queue the points' items (those of one shape share arrays across the points), in waves
     where MaxSubmitJobs is short of room, then the sweep's recording job."""
     rows = detached.queue(batches, runner, at, say, waves=True)
@@ -461,14 +464,14 @@ def _queue(
     where = ["--cluster", cluster] if cluster else []
     waits = any(j.deferred for js in jobs.values() for j in js)
     following = ["orchestrator", "sweep", "--name", sweep.name, *where, "--next-wave", repr(at if since is None else since)]
-    job = detached.RecordingJob(
+    job = RecordingJob(
         f"orchestrator:sweep:{sweep.name}",
         ["orchestrator", "sweep", "--record", sweep.name, *where],
         script=f"sweep-{sweep.name}.sbatch",
         next_wave=following if waits else None,
         waiting=sum(j.deferred for js in jobs.values() for j in js),
     )
-    recorder = detached.submit_recorder(ws, backend, job, active, lambda: at, say)
+    recorder = submit_recorder(ws, backend, job, active, lambda: at, say)
     return jobs, recorder
 
 

@@ -95,12 +95,13 @@ def _outs(stage, root: Path) -> tuple[str, ...]:
 
 def _queue(ws: Workspace, names: list[str], prints: dict, outs: dict, runner: Runner, say: Callable[[str], None]) -> None:
     from orchestrator.jobs import detached
+    from orchestrator.jobs.batch import Batch
 
     plans = {name: ws.plan(ws.jobs[name]) for name in names}
     problems = [f"{name}: {p}" for name, plan in plans.items() for p in plan.problems]
     if problems:
         return  # the calling item reports its own; a sibling's are reported when DVC runs it
-    batch = detached.Batch(ws, names, plans, prints, outs, {name: [] for name in names}, force=False)
+    batch = Batch(ws, names, plans, prints, outs, {name: [] for name in names}, force=False)
     try:
         detached.queue([batch], runner, time.time(), say)
     except backends.SchedulerError as exc:

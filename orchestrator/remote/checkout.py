@@ -52,10 +52,10 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from orchestrator.remote.connection import RemoteError
 from orchestrator.util import yamlio
 from orchestrator.util.git import Git
 from orchestrator.util.runner import Completed, Runner
+from orchestrator.util.ssh import RemoteError
 
 STATE_FILE = ".orchestrator/remote/synced.json"
 LOCK_NAME = "dvc.lock"

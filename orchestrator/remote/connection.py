@@ -20,26 +20,12 @@ from dataclasses import dataclass, field
 
 from orchestrator.util.runner import Completed, Runner
 from orchestrator.util.ssh import (
-    CONNECT_TIMEOUT_S,
-    CONTROL_PATH,
-    PERSIST,
-    SSH_ENV,
-    ConnectionLost,
-    HostKeyMismatch,
-    LoginRefused,
     RemoteError,
     Transport,
     Unreachable,
     classify,
     make_control_folder,
-    options,
-    ssh_words,
 )
-
-__all__ = [
-    "BACKOFF_S", "CONNECT_TIMEOUT_S", "CONTROL_PATH", "PERSIST", "RETRIES", "SSH_ENV", "Connection", "ConnectionLost",
-    "HostKeyMismatch", "LoginRefused", "RemoteError", "Unreachable", "classify", "options", "ssh_words",
-]  # fmt: skip
 
 RETRIES = 3
 BACKOFF_S = 2.0

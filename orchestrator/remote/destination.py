@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import params, profile
-from orchestrator.remote.connection import RemoteError
 from orchestrator.util import patterns
 from orchestrator.util.git import Git
 from orchestrator.util.runner import Runner
+from orchestrator.util.ssh import RemoteError
 
 
 @dataclass(frozen=True)

@@ -56,11 +56,11 @@ from typing import Any
 
 from orchestrator.remote import trust
 from orchestrator.remote.checkout import LOCK_NAME
-from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.shared import Puller, default_remote
 from orchestrator.remote.trust import Declared, FetchRefused, Out, shown
 from orchestrator.util import files, yamlio
 from orchestrator.util.runner import Completed, Runner
+from orchestrator.util.ssh import RemoteError
 
 STAGING = ".orchestrator/fetch"
 

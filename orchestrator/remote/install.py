@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator import __version__
-from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.session import DISTRIBUTION, TAG, Session, _said, command, markers
 from orchestrator.util.runner import Runner
+from orchestrator.util.ssh import RemoteError
 
 # The file names pip gives a wheel of this distribution (its name with '_' for '-').
 WHEEL_NAME = re.compile(rf"{DISTRIBUTION.replace('-', '_')}-(?P<version>[^-]+)-.*\.whl")

@@ -40,8 +40,9 @@ from dataclasses import dataclass, replace
 
 from orchestrator import __version__
 from orchestrator.remote import connection
-from orchestrator.remote.connection import Connection, ConnectionLost, RemoteError
+from orchestrator.remote.connection import Connection
 from orchestrator.remote.destination import Destination
+from orchestrator.util.ssh import ConnectionLost, RemoteError, classify
 
 TAG = "orchestrator-remote:"
 RUNS_DIR = ".orchestrator/remote"
@@ -350,7 +351,7 @@ class Follower:
                 if done.returncode != 255:
                     raise RemoteError(f"the remote command stopped early (exit {done.returncode})", _said(done))
                 ssh_said = "\n".join(line for line in done.stderr.splitlines() if not line.startswith(TAG))
-                error, again = connection.classify(s.dest.host, ssh_said, connected=True)
+                error, again = classify(s.dest.host, ssh_said, connected=True)
                 if not again or attempt >= connection.RETRIES:
                     if isinstance(error, ConnectionLost):
                         error.hints = (*error.hints, *self.goes_on())

@@ -26,8 +26,8 @@ import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.trust import MD5
+from orchestrator.util.ssh import RemoteError
 
 
 class SharedRemoteError(RemoteError):

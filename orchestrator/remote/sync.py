@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.remote.checkout import NOT_MERGED
-from orchestrator.remote.connection import RemoteError
 from orchestrator.remote.session import IN_FOLDER, Session, command
 from orchestrator.util.git import Git
 from orchestrator.util.git import argv as git_argv
 from orchestrator.util.runner import Completed, Runner
+from orchestrator.util.ssh import RemoteError
 
 HEAD_REF = "refs/orchestrator/head"
 CHANGES_REF = "refs/orchestrator/changes"

@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.remote.connection import RemoteError
 from orchestrator.util import files
+from orchestrator.util.ssh import RemoteError
 
 MAX_LOCK_BYTES = 64 * 1024 * 1024  # a 1,000-item matrix's lock is about 1 MB
 MAX_STAGES = 100_000

@@ -26,8 +26,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config.profile import LoadedProfile, Profile
-from orchestrator.scripts.plan import Plan, placeholder_account
+from orchestrator.config.profile_schema import LoadedProfile, Profile
+from orchestrator.scripts.plan import Plan
+from orchestrator.scripts.plan_checks import placeholder_account
 from orchestrator.slurm import config as slurm_config
 from orchestrator.util.patterns import RUNTIME_REF
 from orchestrator.util.runner import Runner

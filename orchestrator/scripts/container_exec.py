@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from orchestrator.config.profile import Profile
+from orchestrator.config.profile_schema import Profile
 from orchestrator.pipeline.runargs import JobSpec
 from orchestrator.scripts.quoting import Shell, quote, quote_runtime
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from orchestrator.config.profile import LoadedProfile
+from orchestrator.config.profile_schema import LoadedProfile
 
 Accelerator = Literal["gpu", "cpu"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.config import binding
-from orchestrator.config.profile import Partition, Profile
+from orchestrator.config.profile_schema import Partition, Profile
 from orchestrator.pipeline.runargs import JobSpec
 from orchestrator.scripts.interned import shared
 

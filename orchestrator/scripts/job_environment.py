@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 
-from orchestrator.config.profile import Profile
+from orchestrator.config.profile_schema import Profile
 from orchestrator.pipeline.runargs import JobSpec
 from orchestrator.scripts import devices
 from orchestrator.scripts.devices import Devices

@@ -16,7 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import binding, profile
+from orchestrator.config import binding
+from orchestrator.config.profile_schema import LoadedProfile
 from orchestrator.errors import CheckError, PlanError
 from orchestrator.pipeline import stages
 from orchestrator.scripts import devices, lint, render
@@ -50,7 +51,7 @@ class Scripts(Mapping[str, str]):
 class Rendered:
     """The scripts of a matrix for one profile, keyed by file name."""
 
-    profile: profile.LoadedProfile
+    profile: LoadedProfile
     plans: tuple[Plan, ...]
     scripts: Mapping[str, str]
     devices: Mapping[str, devices.Devices] = dataclasses.field(default_factory=dict)  # by stage: where its items run, and why

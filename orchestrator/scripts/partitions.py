@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.config.profile import Billing, Partition, Profile
+from orchestrator.config.profile_schema import Billing, Partition, Profile
 from orchestrator.slurm import times
 
 

@@ -23,44 +23,25 @@ from typing import Literal
 from orchestrator import __version__
 from orchestrator.config import binding
 from orchestrator.config.params import Settings
-from orchestrator.config.profile import LEAKED_CONTAINER_VARS, LoadedProfile, Partition, Profile
+from orchestrator.config.profile_schema import LEAKED_CONTAINER_VARS, LoadedProfile, Partition, Profile
 from orchestrator.pipeline.runargs import JobSpec
 from orchestrator.scripts import devices, partitions, quoting
 from orchestrator.scripts.container_exec import ContainerExec, container_exec
 from orchestrator.scripts.devices import Accelerator, Devices
 from orchestrator.scripts.directives import scheduler_args, step_args
 from orchestrator.scripts.interned import shared
-from orchestrator.scripts.job_environment import COMPILE_CACHES, compile_caches, environment, workspace_tag
+from orchestrator.scripts.job_environment import compile_caches, environment
 from orchestrator.scripts.plan_checks import (
-    NO_IMAGE,
     cpu_job_billed,
     cpu_job_notes,
     image_notes,
     image_problems,
     lightning_problems,
-    placeholder_account,
     resource_problems,
     slurm_problems,
 )
 from orchestrator.scripts.quoting import Shell, quote
 from orchestrator.util import patterns
-
-# Callers import these from here: a plan's parts are planning's.
-__all__ = [
-    "COMPILE_CACHES",
-    "LOG_DIR",
-    "NO_IMAGE",
-    "REQUEUE_EXIT",
-    "ContainerExec",
-    "Form",
-    "Plan",
-    "Staging",
-    "make_plan",
-    "placeholder_account",
-    "safe_form",
-    "safe_name",
-    "workspace_tag",
-]
 
 Form = Literal["sbatch", "srun", "local"]
 LOG_DIR = ".orchestrator/logs"

@@ -10,7 +10,7 @@ import re
 
 from orchestrator.config import params
 from orchestrator.config.params import Settings
-from orchestrator.config.profile import Partition, Profile
+from orchestrator.config.profile_schema import Partition, Profile
 from orchestrator.pipeline.runargs import JobSpec, lightning_layout
 from orchestrator.scripts import partitions
 from orchestrator.scripts.devices import Accelerator

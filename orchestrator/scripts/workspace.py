@@ -12,7 +12,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import params, profile, selection
+from orchestrator.config import params, selection
+from orchestrator.config.profile_schema import LoadedProfile
 from orchestrator.pipeline import stages
 from orchestrator.scripts import devices, render
 from orchestrator.scripts.plan import Form, Plan, make_plan, safe_name
@@ -26,7 +27,7 @@ SCRIPTS_DIR = f"{STATE_DIR}/scripts"
 class Workspace:
     root: Path
     cluster: str
-    profile: profile.LoadedProfile
+    profile: LoadedProfile
     params: params.Params  # as they are with this cluster active
     overlay: Mapping[str, Any] = field(default_factory=dict)
     form: Form | None = None

@@ -25,7 +25,7 @@ from support import (
     wait_until_training,
 )
 
-from orchestrator.scripts.plan import workspace_tag
+from orchestrator.scripts.job_environment import workspace_tag
 
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer]
 

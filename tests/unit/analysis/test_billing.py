@@ -3,7 +3,7 @@
 import pytest
 
 from orchestrator.analysis.billing import cost
-from orchestrator.config.profile import Billing
+from orchestrator.config.profile_schema import Billing
 
 LUMI = Billing(unit="GPU-hours", per_node_hour=4, per_gpu_hour=0.5, source="LUMI billing policy")
 NODES_ONLY = Billing(unit="node-hours", per_node_hour=1, source="OLCF")

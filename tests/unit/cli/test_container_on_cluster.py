@@ -85,7 +85,7 @@ def test_a_file_of_another_image_at_the_target_needs_replace(tmp_path):
 
     from orchestrator.cli.container_cluster import guard_target
     from orchestrator.containers.build import stamp_path
-    from orchestrator.containers.push import OtherImageThere
+    from orchestrator.containers.push_target import OtherImageThere
 
     target = tmp_path / "x.sif"
     guard_target(target, "tiny", False, print)  # nothing there: nothing to guard

@@ -4,7 +4,7 @@ and the shipped profiles state their sites' rules with a source."""
 import pytest
 
 from orchestrator.config import profile
-from orchestrator.config.profile import Billing
+from orchestrator.config.profile_schema import Billing
 from orchestrator.errors import ProfileError
 
 

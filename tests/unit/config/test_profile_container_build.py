@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from orchestrator.config import profile
+from orchestrator.config.profile_schema import ContainerBuild
 from orchestrator.errors import ConfigError, ProfileError
 
 BASE = """\
@@ -37,7 +38,7 @@ def load(tmp_path, text: str):
 
 def test_a_build_section_gets_its_defaults(tmp_path):
     b = load(tmp_path, BASE + "  build: {partition: cpu}\n").container.build
-    assert b == profile.ContainerBuild(partition="cpu", time="01:00:00", cpus=8, builder="fakeroot", setup=())
+    assert b == ContainerBuild(partition="cpu", time="01:00:00", cpus=8, builder="fakeroot", setup=())
 
 
 def test_no_build_section_is_none(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.config import profile, profile_checks
+from orchestrator.config.profile_checks import PLANNED_OPTIONS
 from orchestrator.errors import ProfileError
 
 PARTITION = '    debug: {max_nodes: 2, max_time: "01:00:00", whole_node: true}'
@@ -63,7 +64,7 @@ def test_bad_extra_options_are_named(tmp_path, option, expected):
 
 def test_the_refusal_lists_the_options_the_orchestrator_sets():
     found = profile_checks.extra_option_problem("--error=x")
-    assert "--error" in found and all(f"--{o}" in found for o in profile.PLANNED_OPTIONS)
+    assert "--error" in found and all(f"--{o}" in found for o in PLANNED_OPTIONS)
 
 
 @pytest.mark.parametrize("option", ["--network=disable_rdzv_get", "--gpus=8", "--ntasks=4", "--mail-type=END", "--time-min=00:10:00"])

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from support import ROOT
 
-from orchestrator.config import profile
+from orchestrator.config import profile, profile_checks
 from orchestrator.errors import ConfigError, ProfileError
 
 REQUIRED = {"lumi", "juwels-booster", "frontier", "generic-nvidia", "local", "testbed"}
@@ -18,7 +18,7 @@ def test_required_builtins_exist_and_are_valid():
     for name in profile.builtin_names():
         loaded = profile.load(name)
         assert loaded.name == name
-        assert profile.problems(loaded.profile) == []
+        assert profile_checks.problems(loaded.profile) == []
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))

@@ -15,7 +15,7 @@ import pytest
 from fakes import FakeClock, FakeRunner, ok
 
 from orchestrator.config import profile
-from orchestrator.config.profile import ContainerBuild
+from orchestrator.config.profile_schema import ContainerBuild
 from orchestrator.containers import build, build_job, images, on_cluster
 from orchestrator.containers.images import BuildError, ContainerError
 from orchestrator.util.runner import Completed

@@ -14,7 +14,7 @@ import pytest
 from fakes import FakeRunner, ok
 
 from orchestrator.config import profile
-from orchestrator.config.profile import ContainerBuild
+from orchestrator.config.profile_schema import ContainerBuild, Profile
 from orchestrator.containers import build, on_cluster
 from orchestrator.containers.images import ContainerError
 from orchestrator.util.runner import Completed
@@ -22,7 +22,7 @@ from orchestrator.util.runner import Completed
 HOSTILE = 'it\'s $(touch PWNED) `id` "q" ;&|\\'
 
 
-def with_build(**build_values) -> profile.Profile:
+def with_build(**build_values) -> Profile:
     p = profile.load("testbed").profile
     b = ContainerBuild(**{"partition": "debug", **build_values})
     return dataclasses.replace(p, container=dataclasses.replace(p.container, runtime="apptainer", image="/img/x.sif", build=b))

@@ -22,6 +22,7 @@ from fakes import FakeRunner, ok
 from support import HOSTILE_DIR, invoke, make_sif, make_tiny, sha, sif_labels
 
 from orchestrator.containers import identity, push, push_local, push_remote
+from orchestrator.containers.push_target import ChecksumMismatch, OtherImageThere, PushResult, ShipError, parse_target, remote_image_path
 from orchestrator.util import ssh
 from orchestrator.util.runner import Completed
 
@@ -95,13 +96,13 @@ def fake_remote(
     ],
 )
 def test_parse_target(target, host, path):
-    t = push.parse_target(target)
+    t = parse_target(target)
     assert (t.host, t.path) == (host, path)
     assert t.part == f"{t.directory}/.{t.name}.part"
 
 
 def test_ipv6_target_keeps_brackets_for_rsync():
-    t = push.parse_target("u@[::1]:/x/o.sif")
+    t = parse_target("u@[::1]:/x/o.sif")
     assert t.rsync_host == "u@[::1]" and t.host == "u@::1"
 
 
@@ -117,20 +118,20 @@ def test_ipv6_target_keeps_brackets_for_rsync():
     ],
 )
 def test_bad_targets(target, message):
-    with pytest.raises(push.ShipError, match=message):
-        push.parse_target(target)
+    with pytest.raises(ShipError, match=message):
+        parse_target(target)
 
 
 def test_local_directory_target_is_refused(tmp_path):
-    with pytest.raises(push.ShipError, match="is a directory"):
-        push.parse_target(str(tmp_path))
+    with pytest.raises(ShipError, match="is a directory"):
+        parse_target(str(tmp_path))
 
 
 def test_remote_image_path_fills_in_profile_templates():
     template = "/project/${SLURM_JOB_ACCOUNT}/${USER}/orchestrator.sif"
-    assert push.remote_image_path(template, {"SLURM_JOB_ACCOUNT": "p1", "USER": "al"}) == "/project/p1/al/orchestrator.sif"
-    with pytest.raises(push.ShipError, match="SLURM_JOB_ACCOUNT"):
-        push.remote_image_path(template, {"USER": "al"})
+    assert remote_image_path(template, {"SLURM_JOB_ACCOUNT": "p1", "USER": "al"}) == "/project/p1/al/orchestrator.sif"
+    with pytest.raises(ShipError, match="SLURM_JOB_ACCOUNT"):
+        remote_image_path(template, {"USER": "al"})
 
 
 # --- the local sha256 and its cache ------------------------------------------------------------
@@ -152,7 +153,7 @@ def test_local_sha256_is_cached_by_size_and_mtime(image, monkeypatch):
 
 def test_missing_image_is_one_clear_error(tmp_path):
     runner = fake_remote()
-    with pytest.raises(push.ShipError, match=r"the image .*nope.sif does not exist") as err:
+    with pytest.raises(ShipError, match=r"the image .*nope.sif does not exist") as err:
         push.push(tmp_path / "nope.sif", "host:/x/img.sif", runner)
     assert runner.calls == []
     assert err.value.exit_code != 0
@@ -193,7 +194,7 @@ def test_argv_is_built_and_every_remote_word_quoted(image):
     e = rsync[rsync.index("-e") + 1]
     assert shlex.split(e) == ["ssh", *opts, *ssh.options(interactive=False)] == probe[:-3]  # the transport's, as every ssh
     assert rsync[-3:] == ["--", str(image), f"al@lumi:{part}"]
-    assert result == push.PushResult(f"al@lumi:{remote_dir}/img.sif", "al@lumi", final, digest, size, True, 20_971_520, "rsync", 0)
+    assert result == PushResult(f"al@lumi:{remote_dir}/img.sif", "al@lumi", final, digest, size, True, 20_971_520, "rsync", 0)
 
 
 def test_user_ssh_options_come_first_so_they_win(image):
@@ -249,7 +250,7 @@ def test_skip_when_the_remote_sha_matches(image):
 def test_a_file_of_unknown_image_is_replaced_only_when_asked(image):
     probe = Completed((), 0, f"orchestrator-ship: final 12\norchestrator-ship: sha256 {'0' * 64}\norchestrator-ship: part 4096\n", "")
     runner = fake_remote(probe=probe)
-    with pytest.raises(push.OtherImageThere) as err:
+    with pytest.raises(OtherImageThere) as err:
         push.push(image, "h:/x/img.sif", runner)
     assert str(err.value) == (
         "h:/x/img.sif holds an image of unknown name (no up-to-date img.sif.orchestrator.json beside it, "
@@ -284,7 +285,7 @@ def failed(rc: int, stderr: str, stdout: str = "") -> Completed:
 )
 def test_probe_errors(image, probe, headline):
     runner = fake_remote(probe=probe)
-    with pytest.raises(push.ShipError) as err:
+    with pytest.raises(ShipError) as err:
         push.push(image, "h:/x/img.sif", runner)
     text = str(err.value)
     assert text.startswith(f"push of {image} to h:/x/img.sif failed: {headline}")
@@ -299,7 +300,7 @@ def test_permission_denied_writing_is_not_a_refused_login(image):
         'rsync: [receiver] open "/x/.img.sif.part" failed: Permission denied (13)\n'
         "rsync error: some files could not be transferred (code 23)",
     )
-    with pytest.raises(push.ShipError, match="failed: the transfer failed") as err:
+    with pytest.raises(ShipError, match="failed: the transfer failed") as err:
         push.push(image, "h:/x/img.sif", fake_remote(rsync=rsync))
     assert "Permission denied (13)" in str(err.value) and "command (exit 23): rsync " in str(err.value)
 
@@ -309,13 +310,13 @@ def test_unreachable_during_transfer(image):
         255,
         "ssh: connect to host h port 22: Connection timed out\nrsync: connection unexpectedly closed (0 bytes received so far) [sender]",
     )
-    with pytest.raises(push.ShipError, match="cannot reach h over ssh"):
+    with pytest.raises(ShipError, match="cannot reach h over ssh"):
         push.push(image, "h:/x/img.sif", fake_remote(rsync=rsync))
 
 
 def test_interrupted_transfer_says_it_resumes(image):
     runner = fake_remote(rsync=failed(20, "rsync error: received SIGINT"))
-    with pytest.raises(push.ShipError, match="interrupted") as err:
+    with pytest.raises(ShipError, match="interrupted") as err:
         push.push(image, "h:/x/img.sif", runner)
     assert "the partial file /x/.img.sif.part is kept for the next push to resume: push again" in str(err.value)
     assert [c[0] for c in runner.calls] == ["ssh", "rsync"]  # kept: nothing removes it
@@ -324,7 +325,7 @@ def test_interrupted_transfer_says_it_resumes(image):
 def test_checksum_mismatch_removes_the_copy_and_installs_nothing(image):
     commit = failed(95, "", f"orchestrator-ship: sha256 {'f' * 64}\n")
     runner = fake_remote(commit=commit)
-    with pytest.raises(push.ChecksumMismatch, match="checksum mismatch") as err:
+    with pytest.raises(ChecksumMismatch, match="checksum mismatch") as err:
         push.push(image, "h:/x/img.sif", runner)
     text = str(err.value)
     assert f"local sha256 {sha(image)}, remote {'f' * 64}" in text
@@ -343,7 +344,7 @@ def test_commit_script_on_a_mismatch_removes_the_part_and_moves_nothing(tmp_path
 
 def test_ssh_not_installed(image):
     runner = FakeRunner(answers={}, installed=set())
-    with pytest.raises(push.ShipError, match="`ssh` is not installed here"):
+    with pytest.raises(ShipError, match="`ssh` is not installed here"):
         push.push(image, "h:/x/img.sif", runner)
 
 
@@ -366,13 +367,13 @@ def test_scp_fallback_translates_options(image):
 
 def test_scp_refuses_paths_it_cannot_quote_for_both_protocols(image):
     runner = fake_remote(installed=("ssh", "scp"))
-    with pytest.raises(push.ShipError, match="scp cannot safely copy"):
+    with pytest.raises(ShipError, match="scp cannot safely copy"):
         push.push(image, f"h:/x/{HOSTILE_DIR}/img.sif", runner)
     assert not runner.called("scp")
 
 
 def test_scp_options_it_cannot_take():
-    with pytest.raises(push.ShipError, match="-L"):
+    with pytest.raises(ShipError, match="-L"):
         push_remote.scp_options(["-L", "8080:localhost:80"])
 
 
@@ -434,7 +435,7 @@ REFUSED = (
 
 def test_guard_refuses_another_image_named_by_the_sidecar(named_image):
     runner = fake_remote(probe=found(999, sidecar=LUMI, head=make_sif(sif_labels("lumi"))))
-    with pytest.raises(push.OtherImageThere) as err:
+    with pytest.raises(OtherImageThere) as err:
         push.push(named_image, "alice@lumi:/p/orchestrator.sif", runner)
     assert str(err.value) == REFUSED and err.value.exit_code == 2
     assert len(runner.calls) == 1 and not runner.called("rsync")  # nothing sent, nothing written
@@ -454,17 +455,17 @@ def test_guard_lets_the_same_image_through_and_another_only_when_asked(named_ima
 
 def test_guard_reads_the_images_own_label_without_a_sidecar(named_image):
     runner = fake_remote(probe=found(70_000, head=make_sif(sif_labels("rocm", "d"), tail=70_000)))
-    with pytest.raises(push.OtherImageThere, match=r"holds image 'rocm' \(built 2026-11-25T20:01:38\+00:00, content sha256:dddd"):
+    with pytest.raises(OtherImageThere, match=r"holds image 'rocm' \(built 2026-11-25T20:01:38\+00:00, content sha256:dddd"):
         push.push(named_image, "h:/p/o.sif", runner)
 
 
 def test_a_sidecar_that_no_longer_describes_the_file_is_not_trusted(named_image):
     stale = {**LUMI, "name": "ci", "size": 12345}  # the file there was replaced by hand since
     runner = fake_remote(probe=found(999, sidecar=stale, head=make_sif(sif_labels("nvidia"))))
-    with pytest.raises(push.OtherImageThere, match="holds image 'nvidia'"):
+    with pytest.raises(OtherImageThere, match="holds image 'nvidia'"):
         push.push(named_image, "h:/p/o.sif", runner)
     unknown = fake_remote(probe=found(999, sidecar=stale, head=b"not a sif"))
-    with pytest.raises(push.OtherImageThere, match="holds an image of unknown name"):
+    with pytest.raises(OtherImageThere, match="holds an image of unknown name"):
         push.push(named_image, "h:/p/o.sif", unknown)
 
 
@@ -535,12 +536,12 @@ def test_guard_with_the_real_probe_script(named_image, tmp_path):
     push.push(named_image, f"h:{final}", runner)
     lumi = tmp_path / "lumi.sif"
     lumi.write_bytes(make_sif(sif_labels("lumi")))
-    with pytest.raises(push.OtherImageThere, match=r"holds image 'ci' \(built 2026-11-25T20:01:38\+00:00, content sha256:cccc"):
+    with pytest.raises(OtherImageThere, match=r"holds image 'ci' \(built 2026-11-25T20:01:38\+00:00, content sha256:cccc"):
         push.push(lumi, f"h:{final}", runner)  # read from the sidecar the first push wrote
     # Replaced by hand since: the sidecar is older than the file, its label is read instead.
     final.write_bytes(make_sif(sif_labels("rocm"), tail=100_000))
     os.utime(final, ns=(final.stat().st_atime_ns, Path(f"{final}.orchestrator.json").stat().st_mtime_ns + 10**9))
-    with pytest.raises(push.OtherImageThere, match="holds image 'rocm'"):
+    with pytest.raises(OtherImageThere, match="holds image 'rocm'"):
         push.push(lumi, f"h:{final}", runner)
     assert push.push(lumi, f"h:{final}", runner, replace_other_image=True).transferred
     assert sha(final) == sha(lumi) and json.loads(Path(f"{final}.orchestrator.json").read_text())["name"] == "lumi"
@@ -557,7 +558,7 @@ ENOSPC_RSYNC = (
 
 def test_full_disk_removes_the_partial_file_and_says_so(image):
     runner = fake_remote(rsync=failed(11, ENOSPC_RSYNC), discard=ok("orchestrator-ship: part 2097152\n")(()))
-    with pytest.raises(push.ShipError) as err:
+    with pytest.raises(ShipError) as err:
         push.push(image, "h:/x/img.sif", runner)
     text = str(err.value)
     assert text.splitlines()[0] == (
@@ -573,7 +574,7 @@ def test_full_disk_removes_the_partial_file_and_says_so(image):
 def test_full_quota_and_a_partial_that_cannot_be_removed(image):
     quota = ENOSPC_RSYNC.replace("No space left on device (28)", "Disk quota exceeded (122)")
     runner = fake_remote(rsync=failed(11, quota), discard=failed(255, "ssh: connect to host h port 22: Connection refused"))
-    with pytest.raises(push.ShipError) as err:
+    with pytest.raises(ShipError) as err:
         push.push(image, "h:/x/img.sif", runner)
     assert str(err.value).startswith(
         f"push of {image} to h:/x/img.sif failed: the disk quota for /x is exceeded: the partial file /x/.img.sif.part "
@@ -587,7 +588,7 @@ def test_full_disk_with_scp(image):
         return ok("orchestrator-ship: part 4096\n" if words[2] == push_remote.DISCARD_SCRIPT else "")(argv)
 
     runner = FakeRunner(answers={"ssh": ssh, "scp": failed(1, "scp: /x/.img.sif.part: No space left on device")}, installed={"ssh", "scp"})
-    with pytest.raises(push.ShipError, match=r"the partial file /x/.img.sif.part \(4,096 bytes\) was removed"):
+    with pytest.raises(ShipError, match=r"the partial file /x/.img.sif.part \(4,096 bytes\) was removed"):
         push.push(image, "h:/x/img.sif", runner)
 
 
@@ -598,7 +599,7 @@ def test_full_disk_on_a_local_copy(image, tmp_path, monkeypatch):
 
     monkeypatch.setattr(push_local.shutil, "copyfile", fill)
     dest = tmp_path / "shared" / "img.sif"
-    with pytest.raises(push.ShipError) as err:
+    with pytest.raises(ShipError) as err:
         push.push(image, str(dest), FakeRunner(installed=set()))
     assert str(err.value).splitlines()[0] == (
         f"copy of {image} to {dest} failed: No space left on device: the partial file {dest.parent}/.img.sif.part (1,000 bytes) was removed"
@@ -626,7 +627,7 @@ def test_each_push_is_recorded_beside_the_local_image(named_image):
 
 
 def test_a_refused_push_is_not_recorded(named_image):
-    with pytest.raises(push.OtherImageThere):
+    with pytest.raises(OtherImageThere):
         push.push(named_image, "h:/p/o.sif", fake_remote(probe=found(999, sidecar=LUMI)))
     assert not identity.pushes_path(named_image).exists()
 
@@ -636,7 +637,7 @@ def test_local_copy_guard_and_mode(named_image, tmp_path):
     dest.parent.mkdir()
     dest.write_bytes(make_sif(sif_labels("lumi")))
     runner = FakeRunner(installed=set())
-    with pytest.raises(push.OtherImageThere, match=f"^{dest} holds image 'lumi'"):
+    with pytest.raises(OtherImageThere, match=f"^{dest} holds image 'lumi'"):
         push.push(named_image, str(dest), runner)
     part = dest.parent / ".o.sif.part"
     part.write_bytes(b"left by a killed copy")
@@ -645,7 +646,7 @@ def test_local_copy_guard_and_mode(named_image, tmp_path):
     assert sha(dest) == sha(named_image) and mode(dest) == 0o644 & ~umask()
     other = tmp_path / "lumi.sif"
     other.write_bytes(make_sif(sif_labels("lumi")))
-    with pytest.raises(push.OtherImageThere, match="holds image 'ci'"):  # from the sidecar the copy wrote
+    with pytest.raises(OtherImageThere, match="holds image 'ci'"):  # from the sidecar the copy wrote
         push.push(other, str(dest), runner)
 
 

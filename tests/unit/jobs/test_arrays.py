@@ -16,6 +16,8 @@ from support import ACCOUNT, make_project
 
 from orchestrator.errors import ConfigError
 from orchestrator.jobs import arrays, detached, ledger, status
+from orchestrator.jobs.batch import ItemJob
+from orchestrator.jobs.recorder import RECORD_ITEM
 from orchestrator.slurm import commands
 from orchestrator.slurm.states import State
 
@@ -37,7 +39,7 @@ def sweep(tmp_path: Path, count: int, params: dict | None = None, extra: dict | 
     return root
 
 
-def submit(root: Path, slurm: FakeSlurm, at: float = 1000.0, targets=()) -> tuple[list[detached.ItemJob], list[str]]:
+def submit(root: Path, slurm: FakeSlurm, at: float = 1000.0, targets=()) -> tuple[list[ItemJob], list[str]]:
     lines: list[str] = []
     rows = detached.submit(root, None, slurm.runner, targets, say=lines.append, now=lambda: at)
     return rows, lines
@@ -57,7 +59,7 @@ def test_items_of_one_shape_are_the_tasks_of_one_array(tmp_path, monkeypatch):
     assert len(calls) == 2  # the array and the recording job
     array_id = rows[0].job_id.split("_")[0]
     assert [r.job_id for r in rows[:-1]] == [f"{array_id}_{i}" for i in range(5)]
-    assert rows[-1].item == detached.RECORD_ITEM and rows[-1].after == (array_id,)  # the array's id waits for every task
+    assert rows[-1].item == RECORD_ITEM and rows[-1].after == (array_id,)  # the array's id waits for every task
     assert f"afterany:{array_id}\n" in (root / ".orchestrator/scripts/record.sbatch").read_text()
     assert any(line.startswith(f"array {array_id}: 5 items (work@0 ... work@4)") for line in lines)
     script = Path(calls[0][-1]).read_text()

@@ -18,6 +18,8 @@ from support import ACCOUNT, make_project
 
 from orchestrator.errors import OrchestratorError, PipelineError
 from orchestrator.jobs import backends, detached, ledger
+from orchestrator.jobs.batch import ItemJob
+from orchestrator.jobs.recorder import RECORD_ITEM
 from orchestrator.slurm.states import State
 
 STAGES = {
@@ -47,7 +49,7 @@ def root(tmp_path, monkeypatch) -> Path:
     return project
 
 
-def submit(root: Path, slurm: FakeSlurm, targets=(), at: float = 1000.0) -> tuple[list[detached.ItemJob], list[str]]:
+def submit(root: Path, slurm: FakeSlurm, targets=(), at: float = 1000.0) -> tuple[list[ItemJob], list[str]]:
     lines: list[str] = []
     rows = detached.submit(root, None, slurm.runner, targets, say=lines.append, now=lambda: at)
     return rows, lines
@@ -72,11 +74,11 @@ def test_the_recording_job_waits_for_every_job_and_is_in_the_ledger(root):
     rows, lines = submit(root, slurm)
     *items, recorder = rows
     ids = [r.job_id for r in items]
-    assert recorder.item == detached.RECORD_ITEM and recorder.after == tuple(ids)
+    assert recorder.item == RECORD_ITEM and recorder.after == tuple(ids)
     script = (root / ".orchestrator/scripts/record.sbatch").read_text()
     assert f"afterany:{':'.join(ids)}" in script and "dvc repro --keep-going" in script
     assert script.index("orchestrator record") < script.index("dvc repro --keep-going")  # one process records, then repro
-    (rec,) = ledger.Ledger(root).records(detached.RECORD_ITEM)
+    (rec,) = ledger.Ledger(root).records(RECORD_ITEM)
     assert rec.job_id == recorder.job_id and rec.provenance == {"after": ids, "targets": []}
     assert rec.log == f".orchestrator/logs/record-{recorder.job_id}.log" and rec.submitted_at == 1000.0
     assert any(f"recording job {recorder.job_id} records the results when they end" in line for line in lines)
@@ -164,7 +166,7 @@ def test_force_submits_a_new_job_of_an_item_whose_job_succeeded(root, monkeypatc
 def test_targets_bring_their_upstream_items_and_nothing_else(root):
     slurm = FakeSlurm()
     rows, _ = submit(root, slurm, targets=("train",))
-    assert [r.item for r in rows] == ["prep", "train", detached.RECORD_ITEM]
+    assert [r.item for r in rows] == ["prep", "train", RECORD_ITEM]
     assert ledger.Ledger(root).records("solo") == []
     assert "dvc repro --keep-going train" in (root / ".orchestrator/scripts/record.sbatch").read_text()
 
@@ -213,7 +215,7 @@ def test_a_refused_recording_job_says_the_jobs_are_queued(root):
     assert text.startswith("the recording job was refused: sbatch: error: invalid partition specified: debug")
     assert "the jobs are submitted; run `dvc repro` when they end" in text
     assert [r.job_id for r in ledger.Ledger(root).records("prep")] == ["101"]
-    assert ledger.Ledger(root).records(detached.RECORD_ITEM) == []
+    assert ledger.Ledger(root).records(RECORD_ITEM) == []
 
 
 def test_submit_from_another_folder_submits_the_projects_items(root, monkeypatch):
@@ -264,10 +266,10 @@ def test_over_maxsubmitjobs_the_items_go_in_waves_each_submitted_by_the_last_one
     by_item = {r.item: r for r in rows}
     assert list(slurm.sbatch_calls()) == ["prep", "record"]  # upstream first: train waits for prep's wave
     assert by_item["solo"].deferred and by_item["train"].deferred and by_item["solo"].job_id == ""
-    prep, recorder = by_item["prep"].job_id, by_item[detached.RECORD_ITEM]
+    prep, recorder = by_item["prep"].job_id, by_item[RECORD_ITEM]
     assert recorder.after == (prep,)
     assert any("1 of 3 item(s) submitted now, the other 2 in waves" in line for line in lines)
-    assert ledger.Ledger(root).records(detached.RECORD_ITEM)[-1].provenance["waiting"] == 2  # for `orchestrator status`
+    assert ledger.Ledger(root).records(RECORD_ITEM)[-1].provenance["waiting"] == 2  # for `orchestrator status`
     script = (root / ".orchestrator/scripts/record.sbatch").read_text()
     assert "orchestrator submit --next-wave 1000.0" in script
     assert script.index("orchestrator record") < script.index("--next-wave") < script.index("dvc repro --keep-going")
@@ -285,7 +287,7 @@ def test_over_maxsubmitjobs_the_items_go_in_waves_each_submitted_by_the_last_one
     slurm.states[solo] = "FAILED"
     said: list[str] = []
     rows = detached.submit(root, None, slurm.runner, (), say=said.append, now=lambda: 3000.0, since=1000.0)
-    assert [r.item for r in rows] == ["train", detached.RECORD_ITEM] and rows[0].after == ()
+    assert [r.item for r in rows] == ["train", RECORD_ITEM] and rows[0].after == ()
     assert f"solo: job {solo} ended (failed); not submitted again in this submission" in said
     assert "--next-wave" not in (root / ".orchestrator/scripts/record.sbatch").read_text()
 
@@ -303,7 +305,7 @@ def test_a_later_wave_leaves_out_what_depends_on_a_failed_item(root):
     slurm.states[rows[0].job_id] = "FAILED"  # prep
     said: list[str] = []
     rows = detached.submit(root, None, slurm.runner, (), say=said.append, now=lambda: 2000.0, since=1000.0)
-    assert [r.item for r in rows] == ["solo", detached.RECORD_ITEM]
+    assert [r.item for r in rows] == ["solo", RECORD_ITEM]
     assert "train: not submitted, it depends on an item that failed" in said
 
 

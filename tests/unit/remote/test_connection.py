@@ -8,8 +8,9 @@ import pytest
 from fakes import FakeRunner, ok
 
 from orchestrator.remote import connection
-from orchestrator.remote.connection import Connection, ConnectionLost, HostKeyMismatch, LoginRefused, RemoteError, Unreachable
+from orchestrator.remote.connection import Connection
 from orchestrator.util.runner import Completed
+from orchestrator.util.ssh import ConnectionLost, HostKeyMismatch, LoginRefused, RemoteError, Unreachable, classify, ssh_words
 
 CHANGED = """\
 @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
@@ -41,10 +42,10 @@ def test_every_call_multiplexes_over_one_master_and_fails_fast():
 
 
 def test_orchestrator_ssh_replaces_the_ssh_word():
-    assert connection.ssh_words({}) == ("ssh",)
-    assert connection.ssh_words({"ORCHESTRATOR_SSH": "ssh -F '/my dir/config'"}) == ("ssh", "-F", "/my dir/config")
+    assert ssh_words({}) == ("ssh",)
+    assert ssh_words({"ORCHESTRATOR_SSH": "ssh -F '/my dir/config'"}) == ("ssh", "-F", "/my dir/config")
     with pytest.raises(RemoteError, match="cannot be split"):
-        connection.ssh_words({"ORCHESTRATOR_SSH": "ssh -F 'unclosed"})
+        ssh_words({"ORCHESTRATOR_SSH": "ssh -F 'unclosed"})
 
 
 @pytest.mark.parametrize(
@@ -67,19 +68,19 @@ def test_orchestrator_ssh_replaces_the_ssh_word():
     ],
 )  # fmt: skip
 def test_ssh_failures_are_classified(stderr, kind, words, again):
-    error, retry = connection.classify("lumi", stderr)
+    error, retry = classify("lumi", stderr)
     assert type(error) is kind and words in error.render() and retry is again
     assert "@@@" not in error.render()
 
 
 def test_a_changed_host_key_quotes_ssh_s_own_removal_command():
-    error, _ = connection.classify("lumi", CHANGED)
+    error, _ = classify("lumi", CHANGED)
     assert 'ssh-keygen -f "/home/u/.ssh/known_hosts" -R "lumi.csc.fi"' in error.render()
     assert error.exit_code == 2
 
 
 def test_no_answer_is_retried_once_the_session_had_one():
-    assert connection.classify("h", "ssh: connect to host h port 22: Connection refused\n", connected=True)[1] is True
+    assert classify("h", "ssh: connect to host h port 22: Connection refused\n", connected=True)[1] is True
 
 
 def _answers(*results: Completed):

@@ -21,8 +21,8 @@ from support import examples
 from orchestrator.errors import OrchestratorError
 from orchestrator.remote import fetch as fetching
 from orchestrator.remote import trust
-from orchestrator.remote.connection import RemoteError
 from orchestrator.util.runner import Completed
+from orchestrator.util.ssh import RemoteError
 
 DVC_YAML = {
     "stages": {

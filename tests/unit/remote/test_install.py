@@ -14,10 +14,11 @@ from support import HOSTILE_DIR
 
 from orchestrator import __version__
 from orchestrator.remote import install, session
-from orchestrator.remote.connection import Connection, RemoteError
+from orchestrator.remote.connection import Connection
 from orchestrator.remote.destination import Destination
 from orchestrator.remote.session import Facts, Session, VersionMismatch
 from orchestrator.util.runner import Completed
+from orchestrator.util.ssh import RemoteError
 
 OURS = f"dvc_slurm_orchestrator-{__version__}-py3-none-any.whl"
 VENV = f"/scratch/p/.orchestrator/venv-{__version__}"

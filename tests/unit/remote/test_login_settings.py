@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from orchestrator.config import params, profile
+from orchestrator.config.profile_schema import Login
 from orchestrator.errors import ConfigError, ProfileError
 
 
@@ -26,7 +27,7 @@ def test_the_built_in_sites_name_their_login_nodes():
 
 def test_a_login_section_is_read_and_checked(tmp_path):
     loaded = _profile_with(tmp_path, {"host": "me@login.example.org", "root": "/work/${USER}", "setup": ["module load x"]})
-    assert loaded.profile.login == profile.Login("me@login.example.org", "/work/${USER}", ("module load x",))
+    assert loaded.profile.login == Login("me@login.example.org", "/work/${USER}", ("module load x",))
     with pytest.raises(ProfileError) as caught:
         _profile_with(tmp_path, {"host": "-oProxyCommand=x", "root": "/work/${SLURM_NODEID}/$HOME"})
     text = caught.value.render()

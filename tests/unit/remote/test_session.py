@@ -17,10 +17,10 @@ from support import HOSTILE_DIR
 
 from orchestrator import __version__
 from orchestrator.remote import destination, session
-from orchestrator.remote.connection import ConnectionLost, RemoteError
 from orchestrator.remote.destination import Destination
 from orchestrator.remote.session import Detached, Facts, NotInstalled, Session, VersionMismatch
 from orchestrator.util.runner import Completed
+from orchestrator.util.ssh import ConnectionLost, RemoteError
 
 SCRIPTS = {
     "VENV_PROBE": session.VENV_PROBE,

@@ -8,6 +8,7 @@ import dataclasses
 from fakes import FakeRunner, ok
 
 from orchestrator.config import params, profile
+from orchestrator.config.profile_schema import Container
 from orchestrator.pipeline.runargs import JobSpec
 from orchestrator.scripts import cluster_checks
 from orchestrator.scripts.plan import make_plan
@@ -122,7 +123,7 @@ def test_elsewhere_the_image_file_is_not_looked_for_and_a_note_says_so(tmp_path)
 def test_a_profile_without_a_scheduler_runs_here(tmp_path):
     local = profile.load("local")
     with_runtime = dataclasses.replace(
-        local, profile=dataclasses.replace(local.profile, container=profile.Container(runtime="apptainer", image="x.sif"))
+        local, profile=dataclasses.replace(local.profile, container=Container(runtime="apptainer", image="x.sif"))
     )
     runner = FakeRunner()
     plans = [plan_for(tmp_path, image="images/team.sif", loaded=with_runtime, command=("python", "t.py"))]

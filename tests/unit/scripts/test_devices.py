@@ -15,6 +15,7 @@ from support import run_orchestrator
 
 from orchestrator.config import machine, profile, selection
 from orchestrator.config.machine import Machine
+from orchestrator.config.profile_schema import LoadedProfile
 from orchestrator.scripts import devices
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -58,7 +59,7 @@ def test_cores_are_the_ones_this_process_may_use():
 # --- the choice ----------------------------------------------------------------------------
 
 
-def local_with(gpus: int) -> profile.LoadedProfile:
+def local_with(gpus: int) -> LoadedProfile:
     import dataclasses
 
     return dataclasses.replace(profile.load("local"), machine=Machine(2, gpus, H100 if gpus else None, "counted by nvidia-smi"))

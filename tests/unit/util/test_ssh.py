@@ -12,6 +12,7 @@ import pytest
 from fakes import FakeRunner, ok
 
 from orchestrator.containers import push
+from orchestrator.containers.push_target import ShipError
 from orchestrator.remote.connection import Connection
 from orchestrator.util import ssh
 from orchestrator.util.runner import Completed
@@ -96,7 +97,7 @@ def test_scp_gets_the_transport_s_options_and_program(image, monkeypatch):
 def test_a_failed_push_is_classified_as_the_remote_commands_are(image, stderr, headline, hint, monkeypatch):
     monkeypatch.delenv(ssh.SSH_ENV, raising=False)
     runner = FakeRunner({"ssh": ok(stderr=stderr, rc=255)}, installed={"ssh", "rsync"})
-    with pytest.raises(push.ShipError) as err:
+    with pytest.raises(ShipError) as err:
         push.push(image, "al@h:/x/img.sif", runner, interactive=False)
     assert str(err.value).startswith(f"push of {image} to al@h:/x/img.sif failed: {headline}")
     assert hint in str(err.value) and "nothing was installed at /x/img.sif" in str(err.value)
