@@ -281,7 +281,8 @@ def write_digest(path: Path, chash: str, say: Callable[[str], None]) -> bool:
         old = ""
     wrote = files.write_if_changed(path, f"{chash}\n")
     if wrote and old.startswith(OLD_DIGEST_PREFIX):
-        say(f"{_shown(path)} now holds the image's content hash instead of the SIF's sha256: stages that depend on it run once more")
+        shown = files.display_path(path)
+        say(f"{shown} now holds the image's content hash instead of the SIF's sha256: stages that depend on it run once more")
     return wrote
 
 
@@ -291,13 +292,6 @@ def _git_paths(project: Path, image) -> tuple[str, ...]:
 
     template = image.template.relative_to(project).as_posix() if image.template.is_relative_to(project) else str(image.template)
     return (*image.source, "pyproject.toml", IMAGES_FILE, template)
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def _build_into_place(

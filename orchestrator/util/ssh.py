@@ -45,6 +45,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from orchestrator.errors import OrchestratorError
 
@@ -93,6 +94,67 @@ _DROPPED = re.compile(
 LOGIN_HOST_SETTING = "the profile's login.host or params.yaml's orchestrator.login_host"
 
 
+@dataclass(frozen=True)
+class _Failure:
+    """One kind of failed ssh: the stderr that marks it, the error it is, and what to tell the user.
+    The texts are format strings over :func:`classify`'s fields (host, named_in, forget, why)."""
+
+    marks: re.Pattern[str]
+    error: type[RemoteError]
+    headline: str
+    hints: tuple[str, ...]
+    again: Literal["never", "once connected", "always"]  # whether trying again may help
+
+
+_CHECK = "check that `ssh {host}` works by hand"
+# First match wins: a key problem says more than the refusal that follows it.
+_FAILURES = (
+    _Failure(
+        _KEY_CHANGED,
+        HostKeyMismatch,
+        "the host key of {host} is NOT the one your known_hosts has for it: nothing was sent",
+        (
+            "someone may be intercepting the connection, or the site replaced its keys: compare with the key "
+            "fingerprints the site publishes",
+            "if the site announced new keys: {forget}, then `ssh {host}` once to accept the new one",
+        ),
+        "never",
+    ),
+    _Failure(
+        _KEY_UNKNOWN,
+        HostKeyMismatch,
+        "the host key of {host} could not be verified (not in your known_hosts, or not the one there): nothing was sent",
+        ("run `ssh {host}` once in a terminal and accept the key after comparing it with the fingerprints the site publishes",),
+        "never",
+    ),
+    _Failure(
+        _REFUSED,
+        LoginRefused,
+        "{host} refused the login: nothing was sent",
+        (_CHECK + ": user name (User in ~/.ssh/config, or user@host), key (IdentityFile, ssh-add), second factor",),
+        "never",
+    ),
+    _Failure(
+        _RESOLVE,
+        Unreachable,
+        "cannot reach {host}: the name does not resolve",
+        ("check the spelling of {named_in}, and your ~/.ssh/config alias",),
+        "never",
+    ),
+    _Failure(
+        _NO_ANSWER,
+        Unreachable,
+        "cannot reach {host}: {why}",
+        (_CHECK + ": host name, port (Port in ~/.ssh/config), VPN or ProxyJump the site needs",),
+        "once connected",
+    ),
+    _Failure(_DROPPED, ConnectionLost, "the connection to {host} dropped", (_CHECK,), "always"),
+)
+# Nothing said at all: a connection that went away.
+_SILENT = _FAILURES[-1]
+_OTHER = _Failure(re.compile(""), RemoteError, "ssh to {host} failed (exit 255)", (_CHECK,), "never")
+
+
 def classify(host: str, stderr: str, connected: bool = False, named_in: str = LOGIN_HOST_SETTING) -> tuple[RemoteError, bool]:
     """What an ssh that exited 255 with ``stderr`` means: the error to raise, and whether
     trying again may help (a dropped connection; no answer, once we had one). ``named_in``:
@@ -101,51 +163,16 @@ def classify(host: str, stderr: str, connected: bool = False, named_in: str = LO
     Pure, so the classification is tested on the texts ssh prints."""
     lines = [line for line in stderr.strip().splitlines() if line.strip() and not line.startswith(("@@@", "Warning: Permanently"))]
     said = lines[-6:]
-    check = f"check that `ssh {host}` works by hand"
-    if _KEY_CHANGED.search(stderr):
-        remove = _REMOVE_WITH.search(stderr)
-        forget = remove.group(1).strip() if remove else f"ssh-keygen -R {_bare(host)}"
-        return HostKeyMismatch(
-            f"the host key of {host} is NOT the one your known_hosts has for it: nothing was sent",
-            said,
-            [
-                "someone may be intercepting the connection, or the site replaced its keys: compare with the key "
-                "fingerprints the site publishes",
-                f"if the site announced new keys: {forget}, then `ssh {host}` once to accept the new one",
-            ],
-        ), False
-    if _KEY_UNKNOWN.search(stderr):
-        return HostKeyMismatch(
-            f"the host key of {host} could not be verified (not in your known_hosts, or not the one there): nothing was sent",
-            said,
-            [f"run `ssh {host}` once in a terminal and accept the key after comparing it with the fingerprints the site publishes"],
-        ), False
-    if _REFUSED.search(stderr):
-        return LoginRefused(
-            f"{host} refused the login: nothing was sent",
-            said,
-            [f"{check}: user name (User in ~/.ssh/config, or user@host), key (IdentityFile, ssh-add), second factor"],
-        ), False
-    if _RESOLVE.search(stderr):
-        return Unreachable(
-            f"cannot reach {host}: the name does not resolve",
-            said,
-            [f"check the spelling of {named_in}, and your ~/.ssh/config alias"],
-        ), False
-    if _NO_ANSWER.search(stderr):
-        why = "the connection was refused" if "refused" in stderr else "no answer (timed out)"
-        return Unreachable(
-            f"cannot reach {host}: {why}",
-            said,
-            [f"{check}: host name, port (Port in ~/.ssh/config), VPN or ProxyJump the site needs"],
-        ), connected
-    if _DROPPED.search(stderr) or not said:
-        return ConnectionLost(
-            f"the connection to {host} dropped",
-            said,
-            [check],
-        ), True
-    return RemoteError(f"ssh to {host} failed (exit 255)", said, [check]), False
+    found = next((f for f in _FAILURES if f.marks.search(stderr)), _OTHER if said else _SILENT)
+    remove = _REMOVE_WITH.search(stderr)
+    fields = {
+        "host": host,
+        "named_in": named_in,
+        "forget": remove.group(1).strip() if remove else f"ssh-keygen -R {_bare(host)}",
+        "why": "the connection was refused" if "refused" in stderr else "no answer (timed out)",
+    }
+    again = found.again == "always" or (found.again == "once connected" and connected)
+    return found.error(found.headline.format(**fields), said, [h.format(**fields) for h in found.hints]), again
 
 
 def _bare(host: str) -> str:
