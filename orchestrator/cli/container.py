@@ -129,6 +129,7 @@ def build_command(
 
     if on_cluster:
         from orchestrator.cli import container_cluster
+        from orchestrator.containers.cluster_build import Request
 
         clash = [flag for flag, given in (("--push", push), ("--out", output is not None)) if given]
         if clash:
@@ -136,7 +137,7 @@ def build_command(
                 f"--on-cluster puts the image where the profile's jobs read it (container.image): leave out {' and '.join(clash)}"
             )
         given = None if timeout == DEFAULT_TIMEOUT else timeout  # the default is the build's own there too
-        request = container_cluster.Request(name, force, digest_file, tuple(overrides), replace_other_image, given)
+        request = Request(name, force, digest_file, tuple(overrides), replace_other_image, given)
         return container_cluster.build_on_cluster(project, cluster, request, here, remote, with_changes)
     misplaced = [flag for flag, given in (("--remote", remote), ("--with-changes", with_changes), ("--here", here)) if given]
     if misplaced:

@@ -83,8 +83,8 @@ def test_here_off_the_login_node_is_refused(project, monkeypatch, tmp_path):
 def test_a_file_of_another_image_at_the_target_needs_replace(tmp_path):
     import json
 
-    from orchestrator.cli.container_cluster import guard_target
     from orchestrator.containers.build import stamp_path
+    from orchestrator.containers.cluster_build import guard_target
     from orchestrator.containers.push_target import OtherImageThere
 
     target = tmp_path / "x.sif"
