@@ -1,7 +1,8 @@
 """`orchestrator layout`: the parallel layouts of a model on some GPUs, ranked, with the reasoning.
 
 The arithmetic lives in :mod:`~orchestrator.analysis.layout` (pure; its docstring has the formulas and their
-sources). This module turns options, or a cluster profile, into its inputs and prints
+sources), the GPUs' facts from options, a profile or defaults in :mod:`~orchestrator.analysis.layout_hardware`.
+This module turns the options into its inputs and prints
 its answer as a table, JSON or Markdown. Only click and :mod:`~orchestrator.analysis.layout` are imported at
 start-up; the profile loader and rich come in when the command runs.
 """
@@ -17,7 +18,6 @@ import click
 
 from orchestrator.analysis import layout as lay
 from orchestrator.cli.options import FiniteFloat, cluster_option
-from orchestrator.errors import PlanError
 
 _COUNT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)(e[+-]?\d+)?\s*([kmbt]?)\s*", re.IGNORECASE)
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
@@ -159,6 +159,8 @@ def _model(parameters, layers, hidden, heads, seq_len, vocab) -> lay.ModelShape:
 
 
 def _hardware(gpus, cluster, gpus_per_node, memory_gb, intra, inter, peak) -> tuple[lay.Hardware, dict[str, str]]:
+    from orchestrator.analysis.layout_hardware import choose
+
     given = {
         "gpus_per_node": gpus_per_node,
         "memory_gb": memory_gb,
@@ -166,42 +168,18 @@ def _hardware(gpus, cluster, gpus_per_node, memory_gb, intra, inter, peak) -> tu
         "inter_node_gbps": inter,
         "peak_tflops": peak,
     }
-    values = {k: v for k, v in given.items() if v is not None}
-    sources = {k: "option" for k in values}
-    if cluster is not None:
-        for key, value in _profile_facts(cluster).items():
-            if key not in values and value is not None:
-                values[key], sources[key] = value, f"profile {cluster}"
-    missing = [option for key, option in (("gpus_per_node", "--gpus-per-node"), ("memory_gb", "--gpu-memory-gb")) if key not in values]
-    if missing:
+    chosen = choose(gpus, cluster, given)
+    if chosen.hardware is None:
         from orchestrator.config import profile
 
+        missing = [_OPTION[key] for key in chosen.missing]
         raise click.UsageError(
             f"missing {' and '.join(missing)}: give them, or --cluster NAME (built-in: {', '.join(profile.builtin_names())})"
         )
-    for key, default in (("intra_node_gbps", lay.DEFAULT_INTRA_NODE_GBPS), ("inter_node_gbps", lay.DEFAULT_INTER_NODE_GBPS)):
-        if key not in values:
-            values[key], sources[key] = default, "default"
-    return lay.Hardware(gpus=gpus, **values), sources
+    return chosen.hardware, chosen.sources
 
 
-def _profile_facts(cluster: str) -> dict[str, float | None]:
-    from orchestrator.config import profile
-
-    loaded = profile.load(cluster)
-    node = loaded.profile.node
-    if not node.gpus or node.gpu is None:
-        raise PlanError(
-            f"cluster {loaded.name} has no GPUs in its profile", hints=["give --gpus-per-node and --gpu-memory-gb instead of --cluster"]
-        )
-    return {
-        "gpus_per_node": node.gpus,
-        "memory_gb": node.gpu.memory_gb,
-        "peak_tflops": node.gpu.peak_tflops_bf16,
-        # Optional in a profile: None falls back to the flag, else the documented default.
-        "intra_node_gbps": node.intra_node_gbps,
-        "inter_node_gbps": node.inter_node_gbps,
-    }
+_OPTION = {"gpus_per_node": "--gpus-per-node", "memory_gb": "--gpu-memory-gb"}  # the option that gives each required value
 
 
 # --- what is printed ---------------------------------------------------------------
