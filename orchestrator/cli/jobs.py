@@ -194,17 +194,6 @@ def sweep(
     click.echo(f"sweep {made.name}: {len(made.points)} points" + (f"; recording job {recorder.job_id}" if recorder else ""))
 
 
-def _waiting(project: Path, row) -> int:
-    """How many items the recording job of ``row`` leaves for later waves (0: it is no such job)."""
-    from orchestrator.jobs import ledger
-    from orchestrator.jobs.recorder import RECORD_ITEM
-
-    if row.item != RECORD_ITEM and not row.item.startswith("orchestrator:sweep:"):
-        return 0
-    rec = next((r for r in reversed(ledger.Ledger(project).records(row.item)) if r.job_id == row.job_id), None)
-    return int(rec.provenance.get("waiting", 0)) if rec else 0
-
-
 @click.command()
 @click.argument("targets", nargs=-1)
 @cluster_option()
@@ -259,18 +248,16 @@ def status(
         flags = [*(["--watch"] if watch else []), *(["--all"] if all_rows else []), *([f"--sweep={sweep_name}"] if sweep_name else [])]
         return run_remote(project, cluster, forwarded("status", flags, targets))
 
+    from orchestrator.jobs import follow
     from orchestrator.jobs import status as st
     from orchestrator.slurm.states import State
     from orchestrator.slurm.times import hms
     from orchestrator.util.runner import SubprocessRunner
 
     runner, interval = SubprocessRunner(), 2.0
-    points = []
+    points: list[tuple[Path, str]] = []
     if sweep_name is not None:
-        from orchestrator.jobs import sweep
-
-        made = sweep.Sweep.load(project, sweep_name)
-        points = [(project / p.folder, p.name) for p in made.points if not p.saved and (project / p.folder).is_dir()]
+        made, points = follow.open_points(project, sweep_name)
         click.echo(f"sweep {made.name}: {len(made.points)} points, {sum(p.saved for p in made.points)} saved as experiments")
     while True:
         with hinting(project, cluster):
@@ -314,7 +301,7 @@ def status(
         for a in arrays:
             click.echo(f"array {a.array_id}: {a.tasks} tasks ({a.items}): {a.states}")
         for r in rows:
-            waiting = _waiting(project, r) if r.state.active else 0
+            waiting = follow.waiting(project, r) if r.state.active else 0
             if waiting:
                 click.echo(f"{waiting} item(s) wait for a later wave (MaxSubmitJobs): recording job {r.job_id} submits it when these end")
         for r in rows:
@@ -335,34 +322,20 @@ def status(
 @cluster_option(REMOTE_CLUSTER, default=REMOTE_CLUSTER_DEFAULT)
 def logs(item: str, follow: bool, project: Path, remote: bool, cluster: str | None) -> None:
     """Print the log of ITEM's newest job."""
-    import time
-
     if remote:
         return run_remote(project, cluster, forwarded("logs", ["--follow"] if follow else [], [item]))
 
+    from orchestrator.jobs import follow as jobs_follow
     from orchestrator.jobs import status as st
     from orchestrator.util.runner import SubprocessRunner
 
-    path = st.log_path(project, item)
-    offset, idle = 0, 0.5
-    while True:
-        if path.exists():
-            with path.open("rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-            offset += len(chunk)
-            sys.stdout.write(chunk.decode(errors="replace"))
-            sys.stdout.flush()
-        if not follow:
-            if not path.exists():
-                with hinting(project, cluster):
-                    raise OrchestratorError(f"{item}: no log yet at {path} (the job may still be pending)")
-            return
-        (row,) = st.refresh(project, SubprocessRunner(), [item])
-        if row.state.final and path.exists() and path.stat().st_size == offset:
-            return
-        time.sleep(idle)
-        idle = min(idle * 1.5, 10.0)
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    if not jobs_follow.log(project, item, SubprocessRunner(), follow, write):
+        with hinting(project, cluster):
+            raise OrchestratorError(f"{item}: no log yet at {st.log_path(project, item)} (the job may still be pending)")
 
 
 @click.command()
