@@ -39,20 +39,42 @@ KEYS = {
 DEFAULTS = {"activate": "none", "mirror": "http://deb.debian.org/debian", "python": "3.11"}
 
 # What `orchestrator init` writes where a project has no images.yaml: no image, and how to add one.
+# Two examples, as comments: uncommented (the `#   ` in front of an entry's lines removed), each
+# is a valid entry, and the repository's own `ci` image is the second one (the same definition and
+# values, so the same content hash for the same train extra).
 SKELETON = f"""\
 # The images `orchestrator container build NAME` builds, each a Jinja definition
 # template in this folder and the values it is rendered with (keys: definition,
 # {", ".join(k for k in KEYS if k != "definition")}).
 # Not needed to run in an image you already have: set params.yaml's
 # orchestrator.image to its file (a path ending .sif) instead.
+# The templates named below come with the orchestrator, in its package; a file of
+# that name in this folder is used instead.
 #
-# For example, LUMI's PyTorch image plus this project's train extra (the template comes with
-# the orchestrator, in its package; a file of that name in this folder is used instead):
+# For example, LUMI's PyTorch image plus this project's train extra:
 #
 #   lumi:
 #     definition: localimage.def.j2
 #     base: /appl/local/containers/sif-images/lumi-pytorch-rocm-6.2.1-python-3.12-pytorch-20240918-vllm-4075b35.sif
 #     activate: with-conda
+#
+# Or a CPU image, to try the pipeline in an image on a workstation or in CI (not a GPU
+# image: torch's CPU build). It needs no registry and no site image: Debian bookworm
+# from a Debian mirror (debootstrap), Debian's Python 3.11 in a venv, and the `train`
+# extra of this project's pyproject.toml ([project.optional-dependencies]), which must
+# bring torch, pytorch-lightning and dvclive (the image's own test imports them).
+# torch pinned as torch==VERSION is installed from a wheel of that version for Python
+# 3.11 and this machine, found in `wheels:` (a folder), else in pip's find-links
+# folders or /opt/wheels (it is copied in); without one, from PyTorch's CPU index.
+# The rest comes from PyPI: the build must reach it, and the mirror (`mirror:`, e.g. a
+# local one). It builds where `apptainer build --fakeroot` and debootstrap work, in
+# minutes: `orchestrator container build ci` writes .orchestrator/images/ci.sif.
+# To use it, remove the `#   ` in front of its four lines:
+#
+#   ci:
+#     definition: ci.def.j2
+#     description: Debian bookworm, Python 3.11, CPU torch; for a workstation or CI
+#     mirror: {DEFAULTS["mirror"]}
 #
 # Add entries below these lines (the file holds only comments until then, which reads as no images).
 """
