@@ -51,6 +51,48 @@ def test_init_appends_what_is_missing_and_keeps_the_users_text(tmp_path):
     assert all(line in done.output for line in said), done.output
 
 
+def uncommented(text: str, name: str) -> str:
+    """init's images.yaml with its example ``name`` uncommented as its comment says: the `#   ` in front of
+    the example's lines removed (its first line ``#   NAME:``, then the lines indented under it)."""
+    lines = text.splitlines(keepends=True)
+    start = lines.index(f"#   {name}:\n")
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("#     "):
+        end += 1
+    return "".join(lines[:start] + [line.removeprefix("#   ") for line in lines[start:end]] + lines[end:])
+
+
+@pytest.mark.parametrize("name", ["lumi", "ci"])
+def test_each_example_of_init_s_images_yaml_uncommented_is_an_image_it_accepts(tmp_path, name):
+    from orchestrator.containers import images
+    from orchestrator.util import yamlio
+
+    root = project(tmp_path)
+    assert invoke("init", "--project", str(root)).exit_code == 0
+    path = root / "containers/images.yaml"
+    path.write_text(uncommented(path.read_text(), name))
+    assert list(yamlio.load_mapping(path)) == [name]  # valid YAML: this one image, the other example still a comment
+    assert images.select(root, name).values["definition"] == {"lumi": "localimage.def.j2", "ci": "ci.def.j2"}[name]
+
+
+def test_the_cpu_example_of_init_s_images_yaml_is_the_repository_s_ci_image(tmp_path):
+    """Uncommented, with this repository's train extra, it renders the same definition from the same inputs as the
+    repository's own `ci` image: the same content hash, so the suite's CI-image build builds what a user's would."""
+    from support import ROOT
+
+    from orchestrator.containers import images, inputs
+
+    root = project(tmp_path)
+    assert invoke("init", "--project", str(root)).exit_code == 0
+    path = root / "containers/images.yaml"
+    path.write_text(uncommented(path.read_text(), "ci"))
+    (root / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    mine, ours = inputs.prepare(root, images.select(root, "ci")), inputs.prepare(ROOT, images.select(ROOT, "ci"))
+    assert mine.image.template.read_text() == ours.image.template.read_text()  # the shipped template
+    assert mine.hashed_definition == ours.hashed_definition
+    assert [(i.identity, i.path, i.data) for i in mine.inputs] == [(i.identity, i.path, i.data) for i in ours.inputs]
+
+
 def test_a_second_run_changes_nothing_and_says_so(tmp_path):
     root = project(tmp_path)
     assert invoke("init", "--project", str(root)).exit_code == 0
