@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import require_training, training_environment
+from support import require_training
+from trained import shared_cores_environment
 
 MAX_STEPS = 12
 REQUIRED_METRICS = {
@@ -76,7 +77,9 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         # Without it, two ranks' lines written at once can land on the same offset where the
         # kernel does not serialise the shared position (the likely way one CI run lost rank 1's line).
         logs = (cwd / "stdout.log").open("a"), (cwd / "stderr.log").open("a")
-        process = subprocess.Popen(_command(output, devices, model), cwd=cwd, env=training_environment(), stdout=logs[0], stderr=logs[1])
+        process = subprocess.Popen(
+            _command(output, devices, model), cwd=cwd, env=shared_cores_environment(), stdout=logs[0], stderr=logs[1]
+        )
         started[name] = (process, output, logs)
     done = {}
     for name, (process, output, logs) in started.items():

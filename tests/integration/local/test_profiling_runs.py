@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import LM_SHORT, PROFILE_CATEGORIES, invoke, require_training, training_environment
+from support import LM_SHORT, PROFILE_CATEGORIES, invoke, require_training
+from trained import shared_cores_environment
 
 MAX_STEPS = 6
 WINDOW = "2:3"
@@ -32,7 +33,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         argv = [sys.executable, "-m", "experiments.lm", *LM_SHORT, "--max-steps", str(MAX_STEPS), "--seed", "5", "--tokenizer", "bytes"]
         argv += ["--profile-steps", WINDOW, "--output", str(cwd / "out"), *extra]
         started[name] = subprocess.Popen(
-            argv, cwd=cwd, env=training_environment("ORCH_PEAK_TFLOPS"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            argv, cwd=cwd, env=shared_cores_environment("ORCH_PEAK_TFLOPS"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
     done = {}
     for name, process in started.items():

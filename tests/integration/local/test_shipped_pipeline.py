@@ -1,6 +1,10 @@
 """The shipped pipeline on the `local` profile, as a user runs it: `dvc repro` trains both experiments
 (every matrix item, one and two CPU processes) and writes the report; DVC's own commands then read the
-metrics, the curves and the experiment table. Issue 5's first acceptance point."""
+metrics, the curves and the experiment table. Issue 5's first acceptance point.
+
+The one change to the shipped files is the one a user makes for a quick first run: params.yaml's
+`max_steps` lowered (STEPS) before the commit. A step of the shipped LM costs about a CPU second and
+nothing here depends on how many there are, only that every one is logged."""
 
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from support import ROOT, require, require_training
 # Both experiments' items: what params.yaml's matrix expands to.
 BENCHMARK = [f"results/benchmark/pydoc-topics/tiny/{layout}" for layout in ("1x1", "1x2")]
 LM = [f"results/lm/tiny/k{k}/{layout}" for k in (0, 4) for layout in ("1x1", "1x2")]
+# Both experiments' max_steps in the project's params.yaml (30 as shipped).
+STEPS = 8
 # The LM's corpus, prepared by the pipeline: the tokeniser and params' two shards.
 TOKENS = ["data/lm/tokens/tokenizer", "data/lm/tokens/shard-0", "data/lm/tokens/shard-1"]
 
@@ -34,12 +40,15 @@ def repro(tmp_path_factory) -> Path:
     require("git")
     project = tmp_path_factory.mktemp("pipeline") / "project"
     project.mkdir()
-    for name in ("dvc.yaml", "params.yaml"):
-        shutil.copy(ROOT / name, project / name)
+    shutil.copy(ROOT / "dvc.yaml", project / "dvc.yaml")
+    shipped = (ROOT / "params.yaml").read_text()
+    assert shipped.count("\n  max_steps: 30\n") == 2, "the shipped benchmark's and LM's max_steps are no longer 30"
+    (project / "params.yaml").write_text(shipped.replace("\n  max_steps: 30\n", f"\n  max_steps: {STEPS}\n"))
     (project / "containers").mkdir()
     shutil.copy(ROOT / "containers/none.digest", project / "containers/none.digest")
     shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
-    assert yaml.safe_load((project / "params.yaml").read_text())["orchestrator"]["cluster"] == "local"
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    assert params["orchestrator"]["cluster"] == "local" and params["lm"]["max_steps"] == params["benchmark"]["max_steps"] == STEPS
     for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"]):
         run(project, *argv)
     run(project, "git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-qm", "the shipped pipeline")
@@ -68,7 +77,7 @@ def test_dvc_plots_show_has_every_items_loss_curve(repro):
     for folder in BENCHMARK + LM:
         (rendered,) = plots[f"{folder}/dvclive/plots/metrics/train/loss.tsv"]
         points = rendered["content"]["data"]["values"]
-        assert [int(p["step"]) for p in points] == list(range(1, 31)), folder  # params: max_steps 30, a point a step
+        assert [int(p["step"]) for p in points] == list(range(1, STEPS + 1)), folder  # params: max_steps, a point a step
         assert all(float(p["loss"]) > 0 for p in points), folder
     # And the HTML a user opens: one file, every curve in it.
     run(repro, "dvc", "plots", "show", "-o", "plots-html")
