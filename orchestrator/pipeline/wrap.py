@@ -5,7 +5,11 @@ A wrapped stage needs three things: its cmd after ``orchestrator run --``; every
 ``persist: true`` (the planner refuses others: DVC would delete a running job's work on a
 re-run); and ``provenance.json`` beside each metrics file declared (``cache: false, persist:
 true``, as the shipped pipeline does), so that git and experiments carry it and it is not an
-untracked file in the user's results. The rewrite does all three or nothing.
+untracked file in the user's results. The rewrite does all three or nothing. When it puts the
+cmd after ``orchestrator run --``, it also declares ``orchestrator.cluster`` among the stage's
+params (unless they hold it, its section or all of params.yaml): results made on one cluster are
+then stale after `orchestrator use OTHER`. Only then: a stage wrapped already may leave it out
+on purpose (data preparation that is the same on every cluster).
 
 dvc.yaml is the user's file, with their comments and layout: it is edited with ruamel's
 round-trip parser only when that parser writes the unchanged file back byte for byte (with the
@@ -22,11 +26,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.config.params import PARAMS_FILE
 from orchestrator.errors import PipelineError
 from orchestrator.pipeline import cmdline
 from orchestrator.pipeline.stages import _RUN, PIPELINE_FILE, PROVENANCE_FILE
 
 PREFIX = "orchestrator run --"
+CLUSTER_PARAM = "orchestrator.cluster"  # the cluster a result was made on, a param of each stage init wraps
 OUTPUT_KEYS = ("outs", "metrics", "plots")
 # DVC's interpolation, resolved before the command runs: not shell syntax.
 _INTERPOLATION = re.compile(r"\$\{[^}]*\}")
@@ -105,17 +111,67 @@ def _provenance_missing(stage: Mapping) -> list[str]:
     return [p for p in wanted if p not in declared]
 
 
+def declares_cluster(stage: Mapping) -> bool:
+    """Whether the stage's params hold ``orchestrator.cluster``: itself, the ``orchestrator`` section,
+    or all of params.yaml (``- params.yaml:`` with no keys). Params that are not DVC's list count as
+    declaring it: the rewrite leaves them to DVC's own check."""
+    entries = stage.get("params")
+    if entries is None:
+        return False
+    if not isinstance(entries, list):
+        return True
+    covering = ("orchestrator", CLUSTER_PARAM)
+    for entry in entries:
+        if isinstance(entry, str) and entry in covering:
+            return True
+        if isinstance(entry, Mapping) and PARAMS_FILE in entry:
+            keys = entry[PARAMS_FILE]
+            if not keys or (isinstance(keys, list) and any(k in covering for k in keys)):
+                return True
+    return False
+
+
+def newly_declaring_cluster(before: object, after: object, names: Sequence[str]) -> list[str]:
+    """Those of the stages ``names`` whose params declare ``orchestrator.cluster`` in ``after`` and not ``before`` (loaded dvc.yaml)."""
+    old, new = _stages(before), _stages(after)
+    return [n for n in names if isinstance(new.get(n), Mapping) and declares_cluster(new[n]) and not declares_cluster(old.get(n) or {})]
+
+
+def _put_after(stage: Any, key: str, value: Any, after: Sequence[str]) -> None:
+    """``stage[key] = value``, placed after the first key of ``after`` the stage has (ruamel's map keeps the order)."""
+    keys = list(stage)
+    at = next((keys.index(k) + 1 for k in after if k in keys), len(keys))
+    if hasattr(stage, "insert"):
+        stage.insert(at, key, value)
+    else:
+        stage[key] = value
+
+
 def _apply(
-    data: Any, names: Sequence[str], new_map: Callable[[], dict], new_seq: Callable[[], list], new_cmd: Callable[[Any], Any]
+    data: Any,
+    names: Sequence[str],
+    new_map: Callable[[], dict],
+    new_seq: Callable[[], list],
+    new_cmd: Callable[[Any], Any],
+    new_params: Callable[[], list],
+    cluster_param: bool,
 ) -> None:
     """Wrap the stages ``names`` of ``data`` in place. The same edit on plain data (the expected
-    result) and on ruamel's round-trip document (what is written): ``new_map``, ``new_seq`` and ``new_cmd`` make
-    the values of each kind."""
+    result) and on ruamel's round-trip document (what is written): ``new_map``, ``new_seq``, ``new_cmd``
+    and ``new_params`` (a stage's new params list) make the values of each kind. ``cluster_param``:
+    whether params.yaml holds ``orchestrator.cluster``, which a stage whose cmd is wrapped now declares."""
     stages = data["stages"]
     for name in names:
         stage = stages[name]
         if not _RUN.match(stage["cmd"]):
             stage["cmd"] = new_cmd(stage["cmd"])
+            if cluster_param and not declares_cluster(stage):
+                if isinstance(stage.get("params"), list):
+                    stage["params"].append(CLUSTER_PARAM)
+                else:
+                    params = new_params()
+                    params.append(CLUSTER_PARAM)
+                    _put_after(stage, "params", params, ("deps", "cmd"))
         for key in OUTPUT_KEYS:
             entries = stage.get(key)
             for i, entry in enumerate(entries if isinstance(entries, list) else []):
@@ -184,14 +240,18 @@ def _dump(yaml, doc) -> str:
     return out.getvalue()
 
 
-def rewrite(text: str, data: Any, names: Sequence[str]) -> str:
+def rewrite(text: str, data: Any, names: Sequence[str], cluster_param: bool = True) -> str:
     """dvc.yaml's ``text`` (loaded: ``data``) with the stages ``names`` wrapped; PipelineError, and
-    nothing rewritten, where that cannot be done without touching the rest of the file."""
+    nothing rewritten, where that cannot be done without touching the rest of the file.
+    ``cluster_param``: whether params.yaml holds (or will hold) ``orchestrator.cluster`` for the
+    stages to declare (DVC refuses a declared param that params.yaml lacks)."""
     import copy
 
     from orchestrator.util import yamlio
 
-    hand = f"wrap them by hand: cmd `{PREFIX} ...`, `persist: true` on every output, provenance.json declared beside its metrics"
+    hand = f"wrap them by hand: cmd `{PREFIX} ...`, `persist: true` on every output, provenance.json declared beside its metrics" + (
+        f", {CLUSTER_PARAM} among its params" if cluster_param else ""
+    )
     found = _round_trip(text)
     if found is None:
         raise PipelineError(
@@ -200,10 +260,15 @@ def rewrite(text: str, data: Any, names: Sequence[str]) -> str:
         )
     yaml, doc = found
     expected = copy.deepcopy(data)
-    _apply(expected, names, dict, list, lambda cmd: f"{PREFIX} {cmd}")
+    _apply(expected, names, dict, list, lambda cmd: f"{PREFIX} {cmd}", list, cluster_param)
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-    _apply(doc, names, CommentedMap, CommentedSeq, _styled_cmd)
+    def flow_seq() -> CommentedSeq:
+        seq = CommentedSeq()
+        seq.fa.set_flow_style()  # `params: [orchestrator.cluster]`, as the docs write it
+        return seq
+
+    _apply(doc, names, CommentedMap, CommentedSeq, _styled_cmd, flow_seq, cluster_param)
     new = _dump(yaml, doc)
     if yamlio.load_text(new, PIPELINE_FILE) != expected:  # a guard: the edit must be exactly the intended one
         raise PipelineError(

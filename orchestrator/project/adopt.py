@@ -66,7 +66,7 @@ def adopt(
             f"{str(root.absolute())!r} has no {PIPELINE_FILE}: `orchestrator init` adds to an existing DVC project",
             hints=[f"run it in the folder with {PIPELINE_FILE} (or give --project), or make the pipeline first (dvc init, dvc stage add)"],
         )
-    pipeline, stages = _pipeline(root, wrap, wrap_all)
+    pipeline, stages = _pipeline(root, wrap, wrap_all, _holds_cluster(root))
     steps = [
         _params(root, cluster, account, image),
         *(_ignore(root, name) for name in (".gitignore", ".dvcignore")),
@@ -193,8 +193,25 @@ def _ignore(root: Path, name: str) -> Step:
     return change, _appender(path, ("\n" if old and not old.endswith("\n") else "") + lines)
 
 
-def _pipeline(root: Path, names: tuple[str, ...], wrap_all: bool) -> tuple[Step, list[Stage]]:
-    """dvc.yaml with the stages ``names`` (or all that can be) wrapped, and its stages as they will be."""
+def _holds_cluster(root: Path) -> bool:
+    """Whether params.yaml will hold ``orchestrator.cluster`` once init is done: init writes the
+    section where there is none; a section of the user's own may lack it (DVC refuses a stage that
+    declares a param params.yaml lacks). A file init cannot read counts as holding it: its own error
+    comes from the params step."""
+    from orchestrator.config import params
+    from orchestrator.util import yamlio
+
+    try:
+        data = yamlio.load_text(_read(root / params.PARAMS_FILE), params.PARAMS_FILE)
+    except OrchestratorError:
+        return True
+    section = data.get("orchestrator") if isinstance(data, dict) else None
+    return not isinstance(data, dict) or "orchestrator" not in data or (isinstance(section, dict) and "cluster" in section)
+
+
+def _pipeline(root: Path, names: tuple[str, ...], wrap_all: bool, cluster_param: bool) -> tuple[Step, list[Stage]]:
+    """dvc.yaml with the stages ``names`` (or all that can be) wrapped, and its stages as they will be;
+    a stage whose cmd is wrapped now declares ``orchestrator.cluster`` (``cluster_param``: params.yaml holds it)."""
     from orchestrator.pipeline import wrap
     from orchestrator.pipeline.stages import PIPELINE_FILE
     from orchestrator.util import yamlio
@@ -222,14 +239,16 @@ def _pipeline(root: Path, names: tuple[str, ...], wrap_all: bool) -> tuple[Step,
         raise OrchestratorError(
             f"{path} is a symbolic link: init rewrites dvc.yaml in one rename", hints=["wrap the stages by hand; nothing was changed"]
         )
-    new = wrap.rewrite(old, data, chosen)
+    new = wrap.rewrite(old, data, chosen, cluster_param)
     mode = path.stat().st_mode & 0o7777
+    declared = wrap.newly_declaring_cluster(data, yamlio.load_text(new, str(path)), chosen)
 
     def write() -> None:
         files.atomic_write(path, new, mode=mode)  # one rename: dvc.yaml is either the old file or the new one
 
+    cluster = f", {wrap.CLUSTER_PARAM} among the params of {', '.join(declared)}" if declared else ""
     change = Change(
-        PIPELINE_FILE, True, f"wrapped {', '.join(chosen)} in `{wrap.PREFIX}` (outputs persist: true, provenance.json declared)"
+        PIPELINE_FILE, True, f"wrapped {', '.join(chosen)} in `{wrap.PREFIX}` (outputs persist: true, provenance.json declared{cluster})"
     )
     return (change, write), wrap.stages_of(yamlio.load_text(new, str(path)))
 

@@ -1,8 +1,9 @@
 """Issue 34's adoption path on the testbed: a fresh DVC project (not this repository), the orchestrator from
 its wheel in a clean venv (the ``wheel_venv`` fixture), and Get started's first-cluster steps as a person
-types them: `orchestrator init --wrap-all`, the cluster's values under `clusters.testbed`, `orchestrator
-render --cluster testbed --check`, `orchestrator use testbed`, `dvc repro`. The testbed's matrix (three
-learning rates, the base two) is what runs: its jobs in sacct, its metrics in the workspace."""
+types them: `orchestrator init --wrap-all` (which also declares orchestrator.cluster among the stage's
+params), the cluster's values under `clusters.testbed`, `orchestrator render --cluster testbed --check`,
+`orchestrator use testbed`, `dvc repro`. The testbed's matrix (three learning rates, the base two) is what
+runs: its jobs in sacct, its metrics in the workspace."""
 
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ stages:
       lr: ${train.lrs}
     cmd: python3 train.py ${item.lr}
     deps: [train.py]
-    params: [orchestrator.cluster]
     metrics:
       - out/${item.lr}/metrics.json:
           cache: false
@@ -64,7 +64,9 @@ def test_a_fresh_project_from_the_wheel_runs_the_testbed_s_matrix(slurm_testbed,
     for argv in (["git", "init", "-q"], ["dvc", "init", "-q"]):
         run(argv, project, env)
     run(["orchestrator", "init", "--wrap-all"], project, env)
-    assert "orchestrator run -- python3 train.py" in (project / "dvc.yaml").read_text()
+    wrapped = (project / "dvc.yaml").read_text()
+    # The wrap declares the cluster among the stage's params: the local results are stale after `use testbed`.
+    assert "orchestrator run -- python3 train.py" in wrapped and "    params: [orchestrator.cluster]\n" in wrapped, wrapped
     with (project / "params.yaml").open("a") as f:
         f.write(CLUSTERS)
     run(["git", "add", "-A"], project, env)

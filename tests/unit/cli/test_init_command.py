@@ -248,20 +248,68 @@ def test_wrap_rewrites_only_the_stages_named_keeping_the_rest_of_dvc_yaml(tmp_pa
         "dvc.yaml: wrapped train in `orchestrator run --`" in done.output and "stage train: runs through `orchestrator run`" in done.output
     )
     text = (root / "dvc.yaml").read_text()
-    expected = UNWRAPPED.replace("    cmd: >-\n", "    cmd: >-\n      orchestrator run --\n").replace(
-        "          cache: false\n",
-        "          cache: false\n          persist: true\n    outs:\n      - results/${item.lr}/provenance.json:\n"
-        "          cache: false\n          persist: true\n",
+    expected = (
+        UNWRAPPED.replace("    cmd: >-\n", "    cmd: >-\n      orchestrator run --\n")
+        .replace("# keep me\n", "# keep me\n    params: [orchestrator.cluster]\n")  # a result of one cluster is stale on another
+        .replace(
+            "          cache: false\n",
+            "          cache: false\n          persist: true\n    outs:\n      - results/${item.lr}/provenance.json:\n"
+            "          cache: false\n          persist: true\n",
+        )
     )
     assert text == expected  # comments, the folded command's lines, the other stages: as they were
     assert (root / "dvc.yaml").stat().st_mode & 0o777 == 0o640
     again = invoke("init", "--project", str(root), "--wrap-all")
     assert again.exit_code == 0 and "dvc.yaml: wrapped prepare in" in again.output
-    assert "    cmd: orchestrator run -- python prep.py" in (root / "dvc.yaml").read_text()
+    lines = (root / "dvc.yaml").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("    cmd: orchestrator run -- python prep.py"))
+    assert lines[at + 1 : at + 3] == ["    params: [orchestrator.cluster]", "    outs:"]  # after the cmd where there are no deps
     assert "      - data/clean:\n          persist: true\n" in (root / "dvc.yaml").read_text()
     before = snapshot(root)
     third = invoke("init", "--project", str(root), "--wrap-all")
     assert third.exit_code == 0 and "nothing to do" in third.output and snapshot(root) == before
+
+
+@pytest.mark.parametrize(
+    ("params_line", "after"),
+    [
+        ("    params: [train]\n", "    params: [train, orchestrator.cluster]\n"),  # added to the stage's own list, in its style
+        ("    params:\n      - train\n", "    params:\n      - train\n      - orchestrator.cluster\n"),
+        ("    params: [orchestrator]\n", "    params: [orchestrator]\n"),  # the whole section: declared already
+        ("    params: [orchestrator.cluster]\n", "    params: [orchestrator.cluster]\n"),
+        ("    params:\n      - params.yaml:\n", "    params:\n      - params.yaml:\n"),  # all of params.yaml
+        ("    params:\n      - params.yaml: [orchestrator]\n", "    params:\n      - params.yaml: [orchestrator]\n"),
+        ("    params:\n      - other.yaml: [orchestrator.cluster]\n", None),  # another file's key: not ours
+    ],
+)
+def test_wrap_declares_orchestrator_cluster_unless_the_stage_does(tmp_path, params_line, after):
+    """A result made on one cluster must be stale after `orchestrator use OTHER`: the wrapped stage depends on the cluster."""
+    dvc_yaml = "stages:\n  train:\n    cmd: python train.py\n" + params_line
+    root = project(tmp_path, **{"dvc.yaml": dvc_yaml})
+    done = invoke("init", "--project", str(root), "--wrap", "train")
+    assert done.exit_code == 0, done.output
+    text = (root / "dvc.yaml").read_text()
+    if after is None:
+        after = params_line + "      - orchestrator.cluster\n"
+    assert text == "stages:\n  train:\n    cmd: orchestrator run -- python train.py\n" + after
+    assert ("orchestrator.cluster among the params of train" in done.output) == (after != params_line), done.output
+
+
+def test_wrap_leaves_the_cluster_out_where_params_yaml_has_a_section_without_it(tmp_path):
+    """DVC refuses a stage whose declared param params.yaml lacks; init keeps a section of the user's own as it is."""
+    root = project(tmp_path, "orchestrator:\n  account: null\n")
+    done = invoke("init", "--project", str(root), "--wrap", "train")
+    assert done.exit_code == 0, done.output
+    assert (root / "dvc.yaml").read_text() == "stages:\n  train:\n    cmd: orchestrator run -- python train.py\n"
+
+
+def test_wrap_of_a_stage_wrapped_already_does_not_declare_the_cluster(tmp_path):
+    """Only a cmd wrapped now gets it: a stage wrapped by hand may leave it out on purpose (the same data on every cluster)."""
+    dvc_yaml = "stages:\n  prepare:\n    cmd: orchestrator run -- python prep.py\n    outs:\n      - data\n"
+    root = project(tmp_path, **{"dvc.yaml": dvc_yaml})
+    done = invoke("init", "--project", str(root), "--wrap", "prepare")
+    assert done.exit_code == 0, done.output
+    assert "orchestrator.cluster" not in (root / "dvc.yaml").read_text() and "persist: true" in (root / "dvc.yaml").read_text()
 
 
 @pytest.mark.parametrize(
