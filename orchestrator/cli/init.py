@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     multiple=True,
     metavar="STAGE",
     help="Run this stage through the orchestrator: its cmd after `orchestrator run --`, its outputs persist: true, "
-    "provenance.json declared beside its metrics (dvc.yaml rewritten in one rename, its comments kept). Repeatable.",
+    "provenance.json declared beside its metrics, orchestrator.cluster among its params (dvc.yaml rewritten in one "
+    "rename, its comments kept). Repeatable.",
 )
 @click.option("--wrap-all", is_flag=True, help="--wrap every stage that can be wrapped (the others are named, with why).")
 @project_option
