@@ -103,7 +103,10 @@ def _written(path: Path, prm: params.Params, sw: params.Switch) -> str:
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.width = 4096
     yaml.preserve_quotes = True
-    doc = yaml.load(files.read_text(path, yamlio.MAX_FILE_BYTES, follow_symlinks=True))
+    yaml.representer.add_representer(_Null, _represent_null)
+    original = files.read_text(path, yamlio.MAX_FILE_BYTES, follow_symlinks=True)
+    doc = yaml.load(original)
+    _keep_written_nulls(doc, yaml.compose(original))
     for key, value in sw.changes(prm):
         _assign(doc, key, value)
     if sw.kept is not None:
@@ -118,6 +121,52 @@ def _written(path: Path, prm: params.Params, sw: params.Switch) -> str:
     return text
 
 
+class _Null:
+    """A null written ``null`` (``account: null``): ruamel writes None in a block mapping as nothing
+    after the key, which reads as a value forgotten. The switch writes its own nulls so, and the
+    file's own keep the form they have (:func:`_keep_written_nulls`)."""
+
+    def __init__(self, spelled: str = "null") -> None:
+        self.spelled = spelled
+
+
+def _represent_null(representer: Any, null: _Null) -> Any:
+    return representer.represent_scalar("tag:yaml.org,2002:null", null.spelled)
+
+
+def _keep_written_nulls(doc: Any, node: Any) -> None:
+    """Each null of ``doc`` that the file spells out (``null``, ``~``: ``node``, its composed
+    YAML) made a :class:`_Null`, so that the round trip writes it back as it was, not empty."""
+    from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    if isinstance(node, MappingNode):
+        children = [(k.value, v) for k, v in node.value if isinstance(k, ScalarNode)]
+    elif isinstance(node, SequenceNode):
+        children = list(enumerate(node.value))
+    else:
+        return
+    for key, child in children:
+        try:
+            value = doc[key]
+        except (KeyError, IndexError, TypeError):
+            continue
+        if value is None and isinstance(child, ScalarNode) and child.value != "":
+            doc[key] = _Null(child.value)
+        elif value is not None:
+            _keep_written_nulls(value, child)
+
+
+def _explicit(value: Any) -> Any:
+    """``value`` with each None a :class:`_Null`."""
+    if value is None:
+        return _Null()
+    if isinstance(value, dict):
+        return {k: _explicit(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_explicit(v) for v in value]
+    return value
+
+
 def _assign(doc: Any, key: tuple[str, ...], value: Any) -> None:
     """Set ``doc[key...]``, making the mappings on the way; a mapping that is also an alias
     elsewhere (a YAML anchor) is copied first, so that nothing else changes with it."""
@@ -130,4 +179,4 @@ def _assign(doc: Any, key: tuple[str, ...], value: Any) -> None:
             child = params._plain(child)
         node[part] = child
         node = child
-    node[key[-1]] = params._plain(value)
+    node[key[-1]] = _explicit(params._plain(value))

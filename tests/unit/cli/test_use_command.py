@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -65,6 +66,43 @@ def test_bad_input_is_one_message_and_nothing_written(tmp_path):
         assert "Traceback" not in result.output and result.output.count("error:") == 1
         assert (tmp_path / "params.yaml").read_text() == bad
         assert [p.name for p in tmp_path.iterdir()] == ["params.yaml"]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "orchestrator: {cluster: local, account: null}\n",
+        "orchestrator:\n  cluster: local\n  account:\n",
+        "orchestrator:\n  cluster: local\n  account: ~\n",
+    ],
+)
+def test_use_without_a_clusters_entry_changes_the_cluster_only_keeping_a_null_account_as_written(tmp_path, text):
+    (tmp_path / "params.yaml").write_text(text)
+    result = use(tmp_path, "testbed")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "params.yaml").read_text() == text.replace("local", "testbed")  # the key kept, its null spelled as it was
+    assert use(tmp_path, "local").exit_code == 0
+    assert (tmp_path / "params.yaml").read_text() == text
+
+
+def test_the_null_account_a_switch_keeps_or_puts_back_is_written_null_not_left_empty(tmp_path):
+    """ruamel writes None in a block mapping as nothing after the key (`account:`), which reads as a value forgotten."""
+    entry = "clusters:\n  testbed:\n    orchestrator:\n      account: project_465000858\n"
+    (tmp_path / "params.yaml").write_text("orchestrator:\n  cluster: local\n  account:\n  image: ~\n" + entry)
+    assert use(tmp_path, "testbed").exit_code == 0
+    switched = (tmp_path / "params.yaml").read_text()
+    assert switched == (
+        "orchestrator:\n  cluster: testbed\n  account: project_465000858\n  image: ~\n"
+        + entry
+        + "  local:\n    orchestrator:\n      account: null\n"
+    )
+    assert use(tmp_path, "local").exit_code == 0
+    back = (tmp_path / "params.yaml").read_text()
+    assert (
+        back
+        == "orchestrator:\n  cluster: local\n  account: null\n  image: ~\n" + entry + "  local:\n    orchestrator:\n      account: null\n"
+    )
+    assert yaml.safe_load(back)["orchestrator"] == {"cluster": "local", "account": None, "image": None}
 
 
 def test_exp_run_prints_dvc_exp_run_with_the_values(tmp_path):
