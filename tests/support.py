@@ -681,3 +681,15 @@ def sif_labels(name: str, content: str = "c") -> dict:
 def reader(data: bytes):
     """``read(offset, size)`` over ``data``, as identity.sif_identity takes it."""
     return lambda offset, size: data[offset : offset + size]
+
+
+def container_profile(tmp: Path, image: Path) -> Path:
+    """The testbed profile with every task in ``image`` (Apptainer) and its fast working
+    folders under ``tmp``/fast/root, where a test can see them made and cleaned up."""
+    data = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
+    data["name"] = "testbed-apptainer"
+    data["container"] = {"runtime": "apptainer", "image": str(image)}
+    data["storage"] = {"workdir_root": str(tmp / "fast") + "/root"}
+    path = tmp / "testbed-apptainer.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

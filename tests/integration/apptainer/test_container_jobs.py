@@ -6,9 +6,7 @@ copy of the workspace, first on PYTHONPATH."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,13 +14,10 @@ import yaml
 from support import (
     ACCOUNT,
     ROOT,
+    container_profile,
     dvc,
     make_project,
-    release_requeued,
     require_torch,
-    slurm_seconds,
-    wait_for_requeue,
-    wait_until_training,
 )
 
 from orchestrator.scripts.job_environment import workspace_tag
@@ -45,16 +40,6 @@ record["cwd"] = os.getcwd()
 with open(os.path.join(out, "rank" + os.environ["SLURM_PROCID"] + ".json"), "w") as f:
     json.dump(record, f)
 """
-
-
-def container_profile(tmp: Path, image: Path) -> Path:
-    data = yaml.safe_load((ROOT / "orchestrator/config/profiles/testbed.yaml").read_text())
-    data["name"] = "testbed-apptainer"
-    data["container"] = {"runtime": "apptainer", "image": str(image)}
-    data["storage"] = {"workdir_root": str(tmp / "fast") + "/root"}
-    path = tmp / "testbed-apptainer.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 def container_project(
@@ -123,57 +108,3 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
     stale = json.loads(dvc(project, "status", "benchmark", "probe", "--json").stdout)
     assert set(stale) == {"benchmark@pydoc-topics-tiny-device_cfg0", "probe"}, stale
     assert all({"changed deps": {"containers/ci.digest": "modified"}} in v for v in stale.values()), stale
-
-
-@pytest.mark.slow
-def test_time_limit_requeues_and_resumes_inside_the_image(slurm_testbed, ci_image, tmp_path):
-    """A real time limit runs out: Slurm sends the requeue signal into the container,
-    the training checkpoints, the batch script (outside, where scontrol is) copies the
-    outputs back and requeues, and the next run resumes from the checkpoint."""
-    require_torch()
-    # About 2 minutes of training (0.2 s a step here): the limit is cut a few seconds in.
-    project = container_project(tmp_path, ci_image, [{"num_nodes": 1, "num_gpus": 2}], 600, batch_size=64)
-    item = "benchmark@pydoc-topics-tiny-device_cfg0"
-    result = project / "results/benchmark/pydoc-topics/tiny/1x2"
-    repro = subprocess.Popen(
-        ["dvc", "repro", "benchmark"],
-        cwd=project,
-        env={**os.environ, "ORCH_POLL_MAX_S": "2"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        job_id, log = wait_until_training(project, item, repro, 240)
-        # The job was submitted with the stage's 30 minutes; cut its limit to run out in
-        # 95 s. The signal (USR1@30) comes 30 s before, or up to 60 s earlier than that
-        # (Slurm checks limits periodically): 5 to 65 s from now, while training runs.
-        elapsed = slurm_seconds(
-            subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%M"], capture_output=True, text=True, check=True).stdout.strip()
-        )
-        limit = elapsed + 95
-        subprocess.run(["scontrol", "update", f"jobid={job_id}", f"TimeLimit={limit // 60}:{limit % 60:02d}"], check=True)
-        assert wait_for_requeue(job_id, 180), log.read_text()[-4000:]
-        # Copied back before the requeue: the next run, wherever it lands, resumes from it.
-        assert (result / "model/requeue.ckpt").is_file()
-        release_requeued(job_id, "TimeLimit=30:00")  # the second run gets its time back to finish
-        out, _ = repro.communicate(timeout=900)
-    finally:
-        if repro.poll() is None:
-            repro.kill()
-    assert repro.returncode == 0, out[-4000:]
-    text = log.read_text()
-    assert "on the requeue signal; exiting 75" in text and "requeueing job" in text, text[-4000:]
-    assert "Restored all states from the checkpoint" in text or "Restoring states from the checkpoint path" in text, text[-4000:]
-    runs = subprocess.run(
-        ["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "--format=JobIDRaw,State"], capture_output=True, text=True
-    ).stdout.split()
-    assert [r.split("|")[1] for r in runs] == ["REQUEUED", "COMPLETED"], runs
-    metrics = json.loads((result / "metrics.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["max_steps"] == 600
-    assert json.loads((result / "provenance.json").read_text())["requeues"] == 1
-    assert sorted(p.name for p in (result / "model").iterdir()) == ["model.ckpt"]  # the requeue checkpoint is gone
-    fast = tmp_path / "fast/root"
-    assert fast.is_dir() and not (fast / f"{item}.{workspace_tag(str(project.resolve()))}").exists()  # scratch cleaned up
-    script = next((project / ".orchestrator/scripts").rglob(f"{item}.sbatch")).read_text()
-    assert "exec apptainer exec" in script

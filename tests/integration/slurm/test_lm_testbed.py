@@ -3,9 +3,13 @@ through the shipped pipeline's `lm` stage: `dvc repro` -> `orchestrator run` -> 
 
 1. Two nodes x two tasks (gloo over loopback) end with the weights and losses of one
    node x four tasks of the same global batch.
-2. A real Slurm time limit interrupts a run (requeue signal -> checkpoint -> exit 75 ->
-   requeue), the requeued job resumes, and the final weights equal (bit for bit) those
-   of an uninterrupted run of the same command.
+2. A real Slurm time limit interrupts a run inside the CI image (requeue signal into the
+   container -> checkpoint -> exit 75 -> outputs copied back from the fast working folder ->
+   requeue from the batch script, outside, where scontrol is), the requeued job resumes, and
+   the final weights equal (bit for bit) those of an uninterrupted run of the same command
+   in the same image. (One test for the time limit, in the image: each takes minutes of
+   Slurm's clock, and the host's own path is the same protocol without `apptainer exec`,
+   checked with a signal sent by hand in test_slurm_testbed.py.)
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import yaml
 from support import (
     ACCOUNT,
     ROOT,
+    container_profile,
     dvc,
     jobs_of,
     make_project,
@@ -34,6 +38,8 @@ from support import (
     slurm_seconds,
     wait_until_training,
 )
+
+from orchestrator.scripts.job_environment import workspace_tag
 
 pytestmark = pytest.mark.slurm
 
@@ -70,17 +76,20 @@ def cpu_profile(where: Path) -> Path:
     return path
 
 
-def lm_project(root: Path, cluster: str, layouts: list[tuple[int, int]], **lm: object) -> Path:
+def lm_project(root: Path, cluster: str, layouts: list[tuple[int, int]], image: Path | None = None, **lm: object) -> Path:
     """The shipped pipeline (dvc.yaml, params.yaml, experiments/) on ``cluster``, its `lm`
-    matrix narrowed to the tiny model, the plain loss and ``layouts`` (nodes, tasks)."""
+    matrix narrowed to the tiny model, the plain loss and ``layouts`` (nodes, tasks); with
+    ``image``, every task in that image (params name it `ci`, its digest file in place)."""
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["orchestrator"].update(cluster=cluster, account=ACCOUNT)
+    params["orchestrator"].update(cluster=cluster, account=ACCOUNT, image="ci" if image else "none")
     params.pop("clusters")  # the matrix is the test's own, on any cluster: no cluster's values to switch to
     params["lm"].update(
         models=["tiny"], goldfish_ks=[0], device_cfgs=[{"num_nodes": n, "num_gpus": t} for n, t in layouts], time=STAGE_TIME, **lm
     )
     project = make_project(root, dvc_yaml=(ROOT / "dvc.yaml").read_text(), params_yaml=yaml.safe_dump(params, sort_keys=False))
     shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    if image:
+        shutil.copy(image.with_suffix(".digest"), project / "containers/ci.digest")
     return project
 
 
@@ -207,8 +216,8 @@ def lm_argv(output: str, nodes: int, tasks: int, data: str) -> list[str]:
 
 
 def local_environment() -> dict[str, str]:
-    """A plain local run (no Slurm variables leaking in), one OpenMP thread per process as the job's tasks have.
-    Run from outside the DVC project (as tests/integration/local/test_lm_runs.py's runs), with the project's experiments/."""
+    """The reference run's environment, which `apptainer exec` passes into the image: no Slurm variables leaking in, one
+    OpenMP thread per process as the job's tasks have. Run from outside the DVC project, with the project's experiments/."""
     leaked = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ORCH_")) and k not in leaked}
     return {**env, "OMP_NUM_THREADS": "1"}
@@ -224,8 +233,9 @@ def restarts(job_id: str) -> int:
 
 
 @pytest.mark.slow
-def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(slurm_testbed, tmp_path, cancel_leftovers):
-    """The requeue protocol under a real time limit, on the shipped testbed profile.
+def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(slurm_testbed, ci_image, tmp_path, cancel_leftovers):
+    """The requeue protocol under a real time limit, on the testbed profile with every task
+    in the CI image (Slurm's signal reaches the training inside `apptainer exec`).
 
     Slurm keeps time limits in whole minutes and checks them every 30 s; at a check
     where less than the signal time + 30 s (USR1@30: 60 s) remain, it sends the signal.
@@ -245,7 +255,7 @@ def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(
     require_torch()
     import torch
 
-    project = lm_project(tmp_path / "p", "testbed", [(1, 2)], **RESUME)
+    project = lm_project(tmp_path / "p", str(container_profile(tmp_path, ci_image)), [(1, 2)], image=ci_image, **RESUME)
     name, output = item(0), result(project, "1x2")
     started = time.monotonic()
     repro = subprocess.Popen(
@@ -266,9 +276,11 @@ def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(
         slurm("scontrol", "update", f"jobid={job_id}", f"TimeLimit={minutes}")
         (tmp_path / "data").symlink_to(project / "data")  # the same --data as the job's, so the headlines compare
         reference = subprocess.Popen(
-            [sys.executable, *lm_argv("reference", 1, 2, "data/lm/tokens")], cwd=tmp_path,
-            env={**local_environment(), "PYTHONPATH": str(project)},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                "apptainer", "exec", "--bind", str(tmp_path), "--pwd", str(tmp_path), "--env", f"PYTHONPATH={project}",
+                "--env", "OMP_NUM_THREADS=1", str(ci_image), "python", *lm_argv("reference", 1, 2, "data/lm/tokens"),
+            ],
+            cwd=tmp_path, env=local_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         deadline = time.time() + 180
         while restarts(job_id) == 0 and repro.poll() is None and time.time() < deadline:
@@ -303,6 +315,10 @@ def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(
 
     assert json.loads((output / "provenance.json").read_text())["requeues"] == 1
     assert not (output / "model/requeue.ckpt").exists()  # finished: nothing left to resume from
+    script = next((project / ".orchestrator/scripts").rglob(f"{name}.sbatch")).read_text()
+    assert "exec apptainer exec" in script and str(ci_image) in script
+    fast = tmp_path / "fast/root"  # the fast working folder: made for the job, gone after its success
+    assert fast.is_dir() and not (fast / f"{name}.{workspace_tag(str(project.resolve()))}").exists()
     metrics = json.loads((output / "metrics.json").read_text())
     assert (metrics["world_size"], metrics["max_steps"]) == (2, RESUME["max_steps"])
     resumed, whole = model_weights(output), model_weights(tmp_path / "reference")

@@ -311,7 +311,7 @@ def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path
     """The requeue protocol end to end: signal -> checkpoint -> exit 75 -> requeue
     from the batch script -> resume from the checkpoint -> completion. The signal is
     sent by hand here (Slurm's own delivery before a time limit has a 60 s
-    resolution); the time-limit version is in the container tests."""
+    resolution); the real time limit, inside the image, is test_lm_testbed.py's."""
     require_torch()
     project = lightning_project(tmp_path / "p")
     params = yaml.safe_load((project / "params.yaml").read_text())
