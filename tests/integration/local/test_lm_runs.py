@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import LM_SHORT, model_weights, require_training, training_environment
+from support import LM_SHORT, model_weights, require_training
+from trained import shared_cores_environment
 
 REQUIRED_METRICS = {
     "train_loss",
@@ -52,7 +53,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]
         process = subprocess.Popen(
             argv,
             cwd=cwd,
-            env={**training_environment("ORCH_PEAK_TFLOPS"), **env},
+            env={**shared_cores_environment("ORCH_PEAK_TFLOPS"), **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -115,7 +116,8 @@ def test_the_gpu_benchmark_checks_itself_on_cpu(tmp_path):
 
     from support import ROOT
 
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks/gpu_mfu.py"), "--smoke"], capture_output=True, text=True, timeout=600)
+    argv = [sys.executable, str(ROOT / "benchmarks/gpu_mfu.py"), "--smoke"]
+    done = subprocess.run(argv, env=shared_cores_environment(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads((ROOT / "benchmarks/out/gpu_mfu_smoke.json").read_text())
     rows = [(r["compile"], r["optimizer"], r["device"], r["precision"]) for r in result["rows"]]
