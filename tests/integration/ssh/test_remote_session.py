@@ -70,24 +70,40 @@ def test_exit_status_and_output_come_through(login, slow):
     _every_line_once(done.stdout, "status -- probe")  # the targets after `--` there: none becomes an option
 
 
-def test_a_killed_master_connection_reconnects_and_every_line_comes_once(login, slow):
+def test_a_killed_master_connection_reconnects_and_every_line_comes_once(login, slow, tmp_path):
     (login.cluster_root / "proj").mkdir(parents=True)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()  # the command there waits after line 5 until the connection has been cut
     client = login.popen("status", "--remote", cwd=slow)
-    _wait_for(login, "status", "line 5 of")
+    seen = ""
+    while "line 5 of" not in seen:
+        line = client.stdout.readline()
+        assert line, f"the client ended before following: {seen}"
+        seen += line
     login.stop_master()
+    (gate / "open").touch()
     out, err = client.communicate(timeout=120)
-    assert client.returncode == 3, out + err
+    assert client.returncode == 3, seen + out + err
     assert "dropped; reconnecting" in err
-    _every_line_once(out, "status")
+    _every_line_once(seen + out, "status")
 
 
-def test_ctrl_c_stops_only_the_following_and_attach_picks_it_up(login, slow):
+def test_ctrl_c_stops_only_the_following_and_attach_picks_it_up(login, slow, tmp_path):
     (login.cluster_root / "proj").mkdir(parents=True)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()  # the command there waits after line 5: the Ctrl-C lands while it runs, however loaded the machine
     client = login.popen("status", "--remote", cwd=slow)
-    _wait_for(login, "status", "line 3 of")
+    seen = ""
+    while "line 3 of" not in seen:  # Ctrl-C once the user sees it following
+        line = client.stdout.readline()
+        assert line, f"the client ended before following: {seen}"
+        seen += line
     client.send_signal(signal.SIGINT)
     out, err = client.communicate(timeout=60)
-    assert client.returncode == 130, out + err
+    (gate / "open").touch()
+    assert client.returncode == 130, seen + out + err
     assert "nothing was stopped on the cluster" in err and "goes on on login-node" in err and "orchestrator remote attach" in err
     attached = login.orchestrator("remote", "attach", cwd=slow)
     assert attached.returncode == 3, attached.stdout + attached.stderr
