@@ -58,6 +58,26 @@ def _wait_for(login, name: str, text: str, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
+def _hold(tmp_path: Path) -> Path:
+    """Make the stand-in there wait after line 5 (see slow_orchestrator); touch the returned
+    path to let it go on. A test that acts while the command runs holds it, so that a loaded
+    machine cannot let the 6-second command end first."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "hold").touch()
+    return gate / "open"
+
+
+def _read_until(stream, text: str) -> str:
+    """What ``stream`` (a client's stdout or stderr) said up to the line holding ``text``."""
+    said = ""
+    while text not in said:
+        line = stream.readline()
+        assert line, f"the client ended before saying {text!r}: {said}"
+        said += line
+    return said
+
+
 def _every_line_once(stdout: str, what: str) -> None:
     lines = [line for line in stdout.splitlines() if line.startswith("line ")]
     assert lines == [f"line {i} of {what}" for i in range(LINES)], stdout
@@ -72,17 +92,11 @@ def test_exit_status_and_output_come_through(login, slow):
 
 def test_a_killed_master_connection_reconnects_and_every_line_comes_once(login, slow, tmp_path):
     (login.cluster_root / "proj").mkdir(parents=True)
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()  # the command there waits after line 5 until the connection has been cut
+    release = _hold(tmp_path)  # until the connection has been cut
     client = login.popen("status", "--remote", cwd=slow)
-    seen = ""
-    while "line 5 of" not in seen:
-        line = client.stdout.readline()
-        assert line, f"the client ended before following: {seen}"
-        seen += line
+    seen = _read_until(client.stdout, "line 5 of")
     login.stop_master()
-    (gate / "open").touch()
+    release.touch()
     out, err = client.communicate(timeout=120)
     assert client.returncode == 3, seen + out + err
     assert "dropped; reconnecting" in err
@@ -91,18 +105,12 @@ def test_a_killed_master_connection_reconnects_and_every_line_comes_once(login, 
 
 def test_ctrl_c_stops_only_the_following_and_attach_picks_it_up(login, slow, tmp_path):
     (login.cluster_root / "proj").mkdir(parents=True)
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()  # the command there waits after line 5: the Ctrl-C lands while it runs, however loaded the machine
+    release = _hold(tmp_path)  # the Ctrl-C lands while the command there runs
     client = login.popen("status", "--remote", cwd=slow)
-    seen = ""
-    while "line 3 of" not in seen:  # Ctrl-C once the user sees it following
-        line = client.stdout.readline()
-        assert line, f"the client ended before following: {seen}"
-        seen += line
+    seen = _read_until(client.stdout, "line 3 of")  # Ctrl-C once the user sees it following
     client.send_signal(signal.SIGINT)
     out, err = client.communicate(timeout=60)
-    (gate / "open").touch()
+    release.touch()
     assert client.returncode == 130, seen + out + err
     assert "nothing was stopped on the cluster" in err and "goes on on login-node" in err and "orchestrator remote attach" in err
     attached = login.orchestrator("remote", "attach", cwd=slow)
@@ -111,21 +119,15 @@ def test_ctrl_c_stops_only_the_following_and_attach_picks_it_up(login, slow, tmp
 
 
 def test_a_second_submit_while_one_runs_follows_it(login, slow, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    (gate / "hold").touch()  # the first submit there waits after line 5 until the second follows it
+    release = _hold(tmp_path)  # the first submit there, until the second follows it
     first = login.popen("submit", "--remote", cwd=slow)
     _wait_for(login, "submit", "line 3 of")
     login.stop_master()
     first.kill()  # the workstation's side is gone; the submit there goes on
     first.communicate()
     second = login.popen("submit", "--remote", cwd=slow)
-    said = ""
-    while "still running on login-node" not in said:
-        line = second.stderr.readline()
-        assert line, f"the second submit ended without following the first: {said}"
-        said += line
-    (gate / "open").touch()
+    said = _read_until(second.stderr, "still running on login-node")
+    release.touch()
     out, err = second.communicate(timeout=120)
     said += err
     assert second.returncode == 3, out + said
