@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, dvc, fail_node_under, jobs_of, make_project
+from support import ACCOUNT, dvc, fail_node_under, jobs_of, make_project, run_orchestrator
 
 from orchestrator.jobs import ledger
 
@@ -94,9 +94,7 @@ def _mended_dvc_lock(project: Path, said: str) -> bool:
     records what finished; True when that happened."""
     if "Unable to read RWLock-file" not in said:
         return False
-    mended = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "record"], cwd=project, capture_output=True, text=True, timeout=300, check=False
-    )
+    mended = run_orchestrator("record", cwd=project, timeout=300)
     assert mended.returncode == 0 and "cut short by a killed DVC process" in mended.stdout + mended.stderr, mended.stdout + mended.stderr
     return True
 
