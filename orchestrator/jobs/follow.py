@@ -6,7 +6,6 @@ Reads the ledger, the logs and the sweep's record; what is printed, and how, is 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,24 +13,22 @@ from typing import TYPE_CHECKING
 from orchestrator.jobs import ledger
 from orchestrator.jobs import status as st
 from orchestrator.jobs.recorder import RECORD_ITEM
+from orchestrator.util.poll import Backoff, Clock, Poller
 from orchestrator.util.runner import Runner
 
 if TYPE_CHECKING:
     from orchestrator.jobs.sweep import Sweep
 
 # How long `logs --follow` waits between reads: from half a second, up by half each time, to ten.
-_FIRST_IDLE_S = 0.5
-_MAX_IDLE_S = 10.0
+_IDLE = Backoff(first_s=0.5, factor=1.5, max_s=10.0)
 
 
-def log(
-    project: Path, item: str, runner: Runner, follow: bool, write: Callable[[str], None], sleep: Callable[[float], None] = time.sleep
-) -> bool:
+def log(project: Path, item: str, runner: Runner, follow: bool, write: Callable[[str], None], clock: Clock | None = None) -> bool:
     """Write ITEM's newest log through ``write`` from its start; with ``follow``, what the job
     appends too, until the job has ended and everything is written. False: there is no log
     (and not following, so nothing to wait for)."""
     path = st.log_path(project, item)
-    offset, idle = 0, _FIRST_IDLE_S
+    offset, poller = 0, Poller(_IDLE, clock=clock)
     while True:
         if path.exists():
             with path.open("rb") as f:
@@ -44,8 +41,7 @@ def log(
         (row,) = st.refresh(project, runner, [item])
         if row.state.final and path.exists() and path.stat().st_size == offset:
             return True
-        sleep(idle)
-        idle = min(idle * 1.5, _MAX_IDLE_S)
+        poller.sleep()  # no deadline or count: it always sleeps
 
 
 def waiting(project: Path, row: st.StatusRow) -> int:

@@ -152,3 +152,29 @@ def test_status_of_a_project_with_nothing_submitted_says_what_fills_it(tmp_path)
     assert result.exit_code == 0, result.output
     assert "nothing submitted from this project yet" in result.output and "orchestrator submit" in result.output
     assert "state" not in result.output
+
+
+def test_following_a_log_reads_what_the_job_appends_until_it_ends_waiting_longer_each_time(tmp_path):
+    from orchestrator.jobs import follow
+    from orchestrator.util.poll import Clock
+
+    book = ledger.Ledger(tmp_path)
+    log = tmp_path / ".orchestrator/logs/x-7.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("step 1\n")
+    with book.locked("x") as entries:
+        entries.append(record("x", "local-7", State.RUNNING, backend="local", log=".orchestrator/logs/x-7.log"))
+    slept = []
+
+    def sleep(seconds: float) -> None:  # the job writes on, and ends at the third wait
+        slept.append(seconds)
+        with log.open("a") as f:
+            f.write(f"step {len(slept) + 1}\n")
+        if len(slept) == 3:
+            with book.locked("x") as entries:
+                entries.update("local-7", state=State.COMPLETED)
+
+    written = []
+    assert follow.log(tmp_path, "x", FakeRunner({}), True, written.append, Clock(sleep=sleep))
+    assert "".join(written) == "step 1\nstep 2\nstep 3\nstep 4\n"
+    assert slept == [0.5, 0.75, 1.125]
