@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fakes import FakeRunner, ok
 from support import invoke
 
@@ -63,13 +65,19 @@ def test_cancel_one_scancel_for_all(tmp_path):
     assert ledger.Ledger(tmp_path).records("bench@a")[-1].state == State.CANCELLED
 
 
-def test_logs_show_and_unknown_items(tmp_path):
-    book = ledger.Ledger(tmp_path)
-    log = tmp_path / ".orchestrator/logs/x-7.log"
+def logged_item(root: Path, text: str, state: State) -> tuple[ledger.Ledger, Path]:
+    """Item x, run as local job local-7 in ``state``, whose log holds ``text``: the ledger and the log."""
+    book = ledger.Ledger(root)
+    log = root / ".orchestrator/logs/x-7.log"
     log.parent.mkdir(parents=True)
-    log.write_text("hello from the job\n")
+    log.write_text(text)
     with book.locked("x") as entries:
-        entries.append(record("x", "local-7", State.COMPLETED, backend="local", log=".orchestrator/logs/x-7.log"))
+        entries.append(record("x", "local-7", state, backend="local", log=".orchestrator/logs/x-7.log"))
+    return book, log
+
+
+def test_logs_show_and_unknown_items(tmp_path):
+    logged_item(tmp_path, "hello from the job\n", State.COMPLETED)
     done = invoke("logs", "x", "--project", str(tmp_path))
     assert done.exit_code == 0 and done.output == "hello from the job\n"
     done = invoke("logs", "x", "--follow", "--project", str(tmp_path))  # the job has ended: returns
@@ -158,12 +166,7 @@ def test_following_a_log_reads_what_the_job_appends_until_it_ends_waiting_longer
     from orchestrator.jobs import follow
     from orchestrator.util.poll import Clock
 
-    book = ledger.Ledger(tmp_path)
-    log = tmp_path / ".orchestrator/logs/x-7.log"
-    log.parent.mkdir(parents=True)
-    log.write_text("step 1\n")
-    with book.locked("x") as entries:
-        entries.append(record("x", "local-7", State.RUNNING, backend="local", log=".orchestrator/logs/x-7.log"))
+    book, log = logged_item(tmp_path, "step 1\n", State.RUNNING)
     slept = []
 
     def sleep(seconds: float) -> None:  # the job writes on, and ends at the third wait
