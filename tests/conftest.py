@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ pytest.register_assert_rewrite("fakes", "support")
 
 from support import (  # noqa: E402
     IMAGE_CACHE,
+    LOCKS,
     ROOT,
     container_cli,
     fabricate,
@@ -64,9 +66,12 @@ _MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_imag
 
 
 # Under pytest-xdist (`--dist loadgroup`, tests/run.sh), the tests of one daemon run one after
-# another on one worker: the testbed's tests share two nodes and some change the cluster (a node
-# down, a restarted controller, submission limits, the whole queue counted or cancelled).
-# The other tests fill the other workers meanwhile.
+# another on one worker (one xdist group each), the other tests filling the other workers
+# meanwhile; the Slurm testbed's tests on two workers, as two groups (_testbed_group), because
+# they mostly wait for Slurm. Two such tests at once each submit from their own folder and read
+# back only their own jobs; a test marked testbed_exclusive changes the whole cluster (a node set
+# down, the controller stopped, a submission limit, both nodes blocked) and has the testbed
+# alone (_TestbedTurn).
 _GROUP_BY_MARK = {"slurm": "slurm", "apptainer": "apptainer", "ssh": "ssh"}
 
 
@@ -80,12 +85,120 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(mark)
         # The first of slurm, apptainer, ssh: a Slurm job in a container is the testbed's.
         group = next((_GROUP_BY_MARK[m] for m in _GROUP_BY_MARK if item.get_closest_marker(m)), None)
+        if group == "slurm":
+            group = _testbed_group(item)
         if group is None and _uses_a_module_fixture(item):
             # Its module's tests on one worker: a module fixture (a pipeline reproduced, runs
             # trained) would otherwise be set up again on every worker that gets one of them.
             group = item.nodeid.split("::")[0]
         if group and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(group))
+    _longest_chains_first(items)
+
+
+def _longest_chains_first(items) -> None:
+    """Reorder the tests so that xdist hands out the longest chains first (in collection order,
+    --no-loadscope-reorder in tests/run.sh): the daemons' groups, then the groups and tests that
+    hold a slow test, then the rest, each in its collection order. A chain started last would
+    keep one worker busy while the others have finished."""
+
+    def scope(item) -> str:
+        marker = item.get_closest_marker("xdist_group")
+        return marker.args[0] if marker else item.nodeid
+
+    rank: dict[str, int] = {}
+    for item in items:
+        name = scope(item)
+        mine = 0 if name in _DAEMON_GROUPS else 1 if item.get_closest_marker("slow") else 2
+        rank[name] = min(rank.get(name, mine), mine)
+    items[:] = sorted(items, key=lambda item: rank[scope(item)])  # stable: each chain keeps its order
+
+
+_DAEMON_GROUPS = frozenset({"slurm", "slurm-2", "apptainer", "ssh"})
+
+
+def _testbed_group(item) -> str:
+    """One of the testbed's two groups, by module (a module's tests keep their order). The modules
+    with exclusive tests are in the second, so the first waits for a writer only while one runs;
+    the rest balances the two by the modules' measured times (--durations, 2 cores: 0.9-0.2 min
+    each). A module not listed goes by its name's hash."""
+    module = Path(item.path).name
+    if module in _TESTBED_FIRST:
+        return "slurm"
+    if module in _TESTBED_SECOND:
+        return "slurm-2"
+    return "slurm-2" if zlib.crc32(module.encode()) % 2 else "slurm"
+
+
+_TESTBED_FIRST = frozenset(
+    {
+        "test_slurm_testbed.py", "test_experiments_testbed.py", "test_report_two_clusters_testbed.py",
+        "test_docs_commands_testbed.py", "test_remote_workflow.py", "test_container_jobs.py", "test_remote_install.py",
+        "test_cluster_switch_testbed.py", "test_fresh_project_testbed.py", "test_remote_container_build.py",
+        "test_record_testbed.py",
+    }
+)  # fmt: skip
+_TESTBED_SECOND = frozenset(
+    {
+        "test_faults_testbed.py", "test_arrays_testbed.py", "test_limits_testbed.py", "test_stuck_testbed.py",
+        "test_lm_testbed.py", "test_docs_commands_ssh.py", "test_remote_submit.py", "test_secrets.py",
+        "test_energy_accounting.py", "test_executor_on_slurm.py", "test_testbed_cluster.py",
+    }
+)  # fmt: skip
+
+
+class _TestbedTurn:
+    """This worker's hold on the testbed: shared by default, exclusive for a test marked
+    testbed_exclusive. A reader/writer lock (SQLite's, through filelock): a writer waiting bars
+    new readers, so an exclusive test waits for the other worker's current test only. An
+    exclusive hold carries over to the next test when that one is exclusive too, so a run of them
+    costs one wait."""
+
+    def __init__(self) -> None:
+        self.lock = None
+        self.mode: str | None = None
+        self.held = None
+
+    @staticmethod
+    def wanted(item) -> str | None:
+        if item is None or not item.get_closest_marker("slurm"):
+            return None
+        return "write" if item.get_closest_marker("testbed_exclusive") else "read"
+
+    def take(self, mode: str) -> None:
+        if self.mode == mode:
+            return
+        self.release()
+        if self.lock is None:
+            from filelock import ReadWriteLock
+
+            LOCKS.mkdir(exist_ok=True)
+            self.lock = ReadWriteLock(LOCKS / "testbed.db", is_singleton=False)
+        self.held = self.lock.write_lock() if mode == "write" else self.lock.read_lock()
+        self.held.__enter__()
+        self.mode = mode
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.__exit__(None, None, None)
+        self.held = self.mode = None
+
+
+_TURN = _TestbedTurn()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    mode = _TestbedTurn.wanted(item)
+    if mode:
+        _TURN.take(mode)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    if _TURN.mode and not (_TURN.mode == "write" and _TestbedTurn.wanted(nextitem) == "write"):
+        _TURN.release()
 
 
 def _uses_a_module_fixture(item) -> bool:
@@ -162,9 +275,23 @@ def slurm_testbed():
     settings = LocalSlurmSettings.for_this_machine()
     with machine_lock():  # up is idempotent, but two at once would start the daemons twice
         Testbed(settings, timeout=180).up()
-    if os.environ.get("CI") == "true":
-        _cancel_leftover_jobs()
+        if os.environ.get("CI") == "true" and _first_in_this_run("testbed-queue-cleared"):
+            _cancel_leftover_jobs()
     return settings
+
+
+def _first_in_this_run(what: str) -> bool:
+    """Whether this worker is the first of this pytest run to ask (call under machine_lock):
+    a session fixture runs once per xdist worker, and the second worker must not undo what the
+    first's tests began. A run without xdist is always first."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return True
+    marker = LOCKS / f"{what}-{run}"
+    if marker.exists():
+        return False
+    marker.touch()
+    return True
 
 
 def _cancel_leftover_jobs(timeout: float = 120.0) -> None:

@@ -4,13 +4,20 @@
 # Extra arguments go to pytest, e.g. `bash tests/run.sh -k render`; `--fast` first runs only
 # what needs no root daemon (no Slurm testbed, Apptainer or sshd).
 #
-# The tests run in parallel (pytest-xdist, --dist loadgroup): the fast tier on one worker per
-# core; the whole suite on two more, because the tests of each daemon (one group each,
-# tests/conftest.py) mostly wait for Slurm or a build while the others use the cores.
+# The tests run in parallel (pytest-xdist, --dist loadgroup, the longest chains handed out
+# first: tests/conftest.py): the fast tier on one worker per core; the whole suite on four more,
+# one for each group of daemon tests (the testbed's two, Apptainer's, sshd's), which mostly wait
+# for Slurm, a build or a login while the other workers use the cores.
 # `-n 0` among the extra arguments runs everything in this one process instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+# Compiled bytecode goes to one cache folder outside the tree, and is written even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE): else each worker rewrites the tests' asserts
+# and every process compiles this package from source again (~10 s of CPU per worker for the
+# collection alone). Outside the tree, so no __pycache__ lands in a folder DVC hashes.
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator-tests/pycache}"
+unset PYTHONDONTWRITEBYTECODE
 
 missing=()
 command -v shellcheck >/dev/null || missing+=(shellcheck)
@@ -27,7 +34,7 @@ fi
 
 cores="$(nproc)"
 selection=()
-workers="$((cores + 2))"
+workers="$((cores + 4))"
 if [ "${1:-}" = --fast ]; then
   shift
   selection=(-m "not slurm and not apptainer and not ssh")
@@ -35,4 +42,4 @@ if [ "${1:-}" = --fast ]; then
 fi
 
 python3 -m pip install -q -e '.[train,test,docs]'
-exec python3 -m pytest -n "$workers" --dist loadgroup "${selection[@]}" "$@"
+exec python3 -m pytest -n "$workers" --dist loadgroup --no-loadscope-reorder "${selection[@]}" "$@"

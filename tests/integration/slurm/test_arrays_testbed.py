@@ -208,6 +208,7 @@ def test_a_task_that_checkpoints_on_the_requeue_signal_is_requeued_and_completes
     assert rec["job_id"] == task and rec["requeues"] == 1
 
 
+@pytest.mark.testbed_exclusive  # a node set down
 def test_a_task_whose_node_fails_runs_again_without_that_node(slurm_testbed, tmp_path):
     """The node under a running task is set DOWN: the task ends NODE_FAIL, Slurm requeues
     it, `dvc repro` (attached to the task) keeps it off the failed node and records the

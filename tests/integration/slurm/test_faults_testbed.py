@@ -199,6 +199,7 @@ def test_killed_between_sbatch_and_the_ledger_adopts_the_orphaned_job(slurm_test
     report("killed between sbatch and the ledger", kills=1, orphans_adopted=1, duplicates=len(jobs) - 1)
 
 
+@pytest.mark.testbed_exclusive  # slurmctld and slurmdbd stopped
 def test_controller_and_database_down_while_waiting_keeps_waiting(slurm_testbed, tmp_path):
     """slurmctld and slurmdbd are stopped while the job runs (so neither squeue nor
     sacct answers), then started again: `orchestrator run` says it cannot ask, keeps
@@ -259,6 +260,7 @@ def sacct_runs(job_id: str) -> list[list[str]]:
     return [line.split("|") for line in out.splitlines() if line]
 
 
+@pytest.mark.testbed_exclusive  # a node set down
 def test_node_set_down_under_a_running_job_reruns_it_elsewhere(slurm_testbed, tmp_path):
     """The node under a running job is set DOWN (what slurmctld does when a node stops
     answering): the job ends NODE_FAIL, Slurm requeues it (--requeue), `orchestrator

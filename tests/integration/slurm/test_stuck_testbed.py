@@ -54,6 +54,7 @@ def _profile_with(tmp_path: Path, **scheduler) -> Path:
     return path
 
 
+@pytest.mark.testbed_exclusive  # both nodes blocked
 def test_a_held_job_is_reported_with_its_reason_and_run_gives_up_then_follows_it_once_released(slurm_testbed, tmp_path):
     project = probe_project(tmp_path / "p", [(1, 1)])
     params = yaml.safe_load((project / "params.yaml").read_text())
