@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from hypothesis import settings as hypothesis_settings
 # The helpers' own asserts get pytest's detailed messages too; registered before they are imported.
 pytest.register_assert_rewrite("fakes", "support")
 
+import scheduling  # noqa: E402
 from support import (  # noqa: E402
     IMAGE_CACHE,
     LOCKS,
@@ -58,153 +58,20 @@ def pytest_addoption(parser):
     )
 
 
-# A test's marker follows from what it needs, so that none slips past `tests/run.sh --fast`
-# (-m "not slurm and not apptainer and not ssh"): its folder under integration/, and the
-# fixtures that bring a real component up, used directly or through another fixture.
-_MARK_BY_FOLDER = {"slurm": "slurm", "apptainer": "apptainer", "ssh": "ssh"}
-_MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image": "apptainer", "sshd": "ssh"}
-
-
-# Under pytest-xdist (`--dist loadgroup`, tests/run.sh), the tests of one daemon run one after
-# another on one worker (one xdist group each), the other tests filling the other workers
-# meanwhile; the Slurm testbed's tests on two workers, as two groups (_testbed_group), because
-# they mostly wait for Slurm. Two such tests at once each submit from their own folder and read
-# back only their own jobs; a test marked testbed_exclusive changes the whole cluster (a node set
-# down, the controller stopped, a submission limit, both nodes blocked) and has the testbed
-# alone (_TestbedTurn).
-_GROUP_BY_MARK = {"slurm": "slurm", "apptainer": "apptainer", "ssh": "ssh"}
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        parts = Path(item.path).relative_to(ROOT / "tests").parts
-        wanted = {_MARK_BY_FOLDER[parts[1]]} if len(parts) > 2 and parts[0] == "integration" and parts[1] in _MARK_BY_FOLDER else set()
-        wanted |= {mark for fixture, mark in _MARK_BY_FIXTURE.items() if fixture in item.fixturenames}
-        for mark in sorted(wanted - {m.name for m in item.iter_markers()}):
-            item.add_marker(mark)
-        # The first of slurm, apptainer, ssh: a Slurm job in a container is the testbed's.
-        group = next((_GROUP_BY_MARK[m] for m in _GROUP_BY_MARK if item.get_closest_marker(m)), None)
-        if group == "slurm":
-            group = _testbed_group(item)
-        if group is None and _uses_a_module_fixture(item):
-            # Its module's tests on one worker: a module fixture (a pipeline reproduced, runs
-            # trained) would otherwise be set up again on every worker that gets one of them.
-            group = item.nodeid.split("::")[0]
-        if group and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
-    _longest_chains_first(items)
-
-
-def _longest_chains_first(items) -> None:
-    """Reorder the tests so that xdist hands out the longest chains first (in collection order,
-    --no-loadscope-reorder in tests/run.sh): the daemons' groups, then the groups and tests that
-    hold a slow test, then the rest, each in its collection order. A chain started last would
-    keep one worker busy while the others have finished."""
-
-    def scope(item) -> str:
-        marker = item.get_closest_marker("xdist_group")
-        return marker.args[0] if marker else item.nodeid
-
-    rank: dict[str, int] = {}
-    for item in items:
-        name = scope(item)
-        mine = 0 if name in _DAEMON_GROUPS else 1 if item.get_closest_marker("slow") else 2
-        rank[name] = min(rank.get(name, mine), mine)
-    items[:] = sorted(items, key=lambda item: rank[scope(item)])  # stable: each chain keeps its order
-
-
-_DAEMON_GROUPS = frozenset({"slurm", "slurm-2", "apptainer", "ssh"})
-
-
-def _testbed_group(item) -> str:
-    """One of the testbed's two groups, by module (a module's tests keep their order). The modules
-    with exclusive tests are in the second, so the first waits for a writer only while one runs;
-    the rest balances the two by the modules' measured times (--durations, 2 cores: 0.9-0.2 min
-    each). A module not listed goes by its name's hash."""
-    module = Path(item.path).name
-    if module in _TESTBED_FIRST:
-        return "slurm"
-    if module in _TESTBED_SECOND:
-        return "slurm-2"
-    return "slurm-2" if zlib.crc32(module.encode()) % 2 else "slurm"
-
-
-_TESTBED_FIRST = frozenset(
-    {
-        "test_slurm_testbed.py", "test_experiments_testbed.py", "test_report_two_clusters_testbed.py",
-        "test_docs_commands_testbed.py", "test_remote_workflow.py", "test_container_jobs.py", "test_remote_install.py",
-        "test_cluster_switch_testbed.py", "test_fresh_project_testbed.py", "test_remote_container_build.py",
-        "test_record_testbed.py",
-    }
-)  # fmt: skip
-_TESTBED_SECOND = frozenset(
-    {
-        "test_faults_testbed.py", "test_arrays_testbed.py", "test_limits_testbed.py", "test_stuck_testbed.py",
-        "test_lm_testbed.py", "test_docs_commands_ssh.py", "test_remote_submit.py", "test_secrets.py",
-        "test_energy_accounting.py", "test_executor_on_slurm.py", "test_testbed_cluster.py",
-    }
-)  # fmt: skip
-
-
-class _TestbedTurn:
-    """This worker's hold on the testbed: shared by default, exclusive for a test marked
-    testbed_exclusive. A reader/writer lock (SQLite's, through filelock): a writer waiting bars
-    new readers, so an exclusive test waits for the other worker's current test only. An
-    exclusive hold carries over to the next test when that one is exclusive too, so a run of them
-    costs one wait."""
-
-    def __init__(self) -> None:
-        self.lock = None
-        self.mode: str | None = None
-        self.held = None
-
-    @staticmethod
-    def wanted(item) -> str | None:
-        if item is None or not item.get_closest_marker("slurm"):
-            return None
-        return "write" if item.get_closest_marker("testbed_exclusive") else "read"
-
-    def take(self, mode: str) -> None:
-        if self.mode == mode:
-            return
-        self.release()
-        if self.lock is None:
-            from filelock import ReadWriteLock
-
-            LOCKS.mkdir(exist_ok=True)
-            self.lock = ReadWriteLock(LOCKS / "testbed.db", is_singleton=False)
-        self.held = self.lock.write_lock() if mode == "write" else self.lock.read_lock()
-        self.held.__enter__()
-        self.mode = mode
-
-    def release(self) -> None:
-        if self.held is not None:
-            self.held.__exit__(None, None, None)
-        self.held = self.mode = None
-
-
-_TURN = _TestbedTurn()
+    scheduling.arrange(items)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    mode = _TestbedTurn.wanted(item)
-    if mode:
-        _TURN.take(mode)
+    scheduling.TURN.take(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield
-    if _TURN.mode and not (_TURN.mode == "write" and _TestbedTurn.wanted(nextitem) == "write"):
-        _TURN.release()
-
-
-def _uses_a_module_fixture(item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info else ()
-    return any(d.scope in ("module", "class", "package") for chain in defs for d in chain)
+    scheduling.TURN.after(nextitem)
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@
 # what needs no root daemon (no Slurm testbed, Apptainer or sshd).
 #
 # The tests run in parallel (pytest-xdist, --dist loadgroup, the longest chains handed out
-# first: tests/conftest.py): the fast tier on one worker per core; the whole suite on four more,
-# one for each group of daemon tests (the testbed's two, Apptainer's, sshd's), which mostly wait
+# first: tests/scheduling.py): the fast tier on one worker per core; the whole suite on five more,
+# one for each group of daemon tests (the testbed's three, Apptainer's, sshd's), which mostly wait
 # for Slurm, a build or a login while the other workers use the cores.
 # `-n 0` among the extra arguments runs everything in this one process instead.
 set -euo pipefail
@@ -34,7 +34,7 @@ fi
 
 cores="$(nproc)"
 selection=()
-workers="$((cores + 4))"
+workers="$((cores + 5))"
 if [ "${1:-}" = --fast ]; then
   shift
   selection=(-m "not slurm and not apptainer and not ssh")

@@ -44,7 +44,7 @@ def shared_profile(where: Path, service_partition: str | None = "debug") -> Path
     return path
 
 
-def sweep(where: Path, count: int, profile: Path, run: str = "--nodes 1 --gpus-per-node 1", **settings) -> Path:
+def sweep(where: Path, count: int, profile: Path, run: str = "--nodes 1 --gpus-per-node 1", account: str = ACCOUNT, **settings) -> Path:
     stages = {
         "work": {
             "matrix": {"i": list(range(count))},
@@ -53,16 +53,16 @@ def sweep(where: Path, count: int, profile: Path, run: str = "--nodes 1 --gpus-p
             "outs": [{"out/${item.i}": {"persist": True}}],
         }
     }
-    params = {"orchestrator": {"cluster": str(profile), "account": ACCOUNT, **settings}}
+    params = {"orchestrator": {"cluster": str(profile), "account": account, **settings}}
     project = make_project(where, dvc_yaml=yaml.safe_dump({"stages": stages}), params_yaml=yaml.safe_dump(params))
     (project / "work.py").write_text(WORK.format(runs=str(where / "runs.log")))
     return project
 
 
-def wait_ended(project: Path, since: float, count: int, timeout: float = 400) -> list[list[str]]:
+def wait_ended(project: Path, since: float, count: int, timeout: float = 400, account: str = ACCOUNT) -> list[list[str]]:
     deadline = time.time() + timeout
     while True:
-        jobs = jobs_of(ACCOUNT, since, project)
+        jobs = jobs_of(account, since, project)
         ended = [j for j in jobs if j[2] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")]
         if (len(ended) >= count and len(ended) == len(jobs)) or time.time() > deadline:
             return jobs

@@ -14,24 +14,45 @@ import time
 
 import pytest
 import yaml
-from support import ACCOUNT, GIT_ENV, dvc, exp_metrics, jobs_of, run_orchestrator, sweep_project
+from support import GIT_ENV, dvc, exp_metrics, jobs_of, run_orchestrator, sweep_project
 from test_arrays_testbed import shared_profile, sweep, wait_ended
 from test_slurm_testbed import probe_project
 
-# The limit is the user's, for every job on the testbed, and the waves' sizes assume no other job.
-pytestmark = [pytest.mark.slurm, pytest.mark.testbed_exclusive]
+pytestmark = pytest.mark.slurm
+
+# The tests' own account: MaxSubmitJobs is set on its association (this user with it), so the limit
+# binds these tests' jobs only and the other tests share the testbed meanwhile, as on a site where
+# each project's allocation has its own limit.
+LIMITED = "project_465000859"  # of the form the testbed profile asks for, as LUMI's
+
+
+@pytest.fixture
+def limited(slurm_testbed):
+    """LIMITED, an account of this user on the testbed (made the first time); its limit lifted after the test."""
+    user = getpass.getuser()
+    shown = subprocess.run(
+        ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"account={LIMITED}", f"user={user}", "format=account"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    if not shown.strip():
+        cluster = f"cluster={slurm_testbed.cluster_name}"
+        subprocess.run(["sacctmgr", "-i", "add", "account", LIMITED, cluster], check=True, capture_output=True)
+        subprocess.run(["sacctmgr", "-i", "add", "user", user, f"account={LIMITED}", cluster], check=True, capture_output=True)
+    yield LIMITED
+    _max_submit(-1)
 
 
 def _max_submit(value: int) -> None:
-    user = getpass.getuser()
-    subprocess.run(["sacctmgr", "-i", "modify", "user", user, "set", f"maxsubmitjobs={value}"], check=True, capture_output=True)
+    where = ["where", f"user={getpass.getuser()}", f"account={LIMITED}"]
+    subprocess.run(["sacctmgr", "-i", "modify", "user", *where, "set", f"maxsubmitjobs={value}"], check=True, capture_output=True)
 
 
 def _our_queue_drained(timeout: float = 120) -> None:
-    """Wait for this user's jobs from earlier tests to end: they count against the limit, and the
+    """Wait for the account's jobs from earlier tests to end: they count against the limit, and the
     waves' sizes asserted here assume none does (a recording job may still be finishing)."""
     deadline = time.time() + timeout
-    while subprocess.run(["squeue", "-h", "-u", getpass.getuser()], capture_output=True, text=True).stdout.strip():
+    argv = ["squeue", "-h", "-u", getpass.getuser(), "-A", LIMITED]
+    while subprocess.run(argv, capture_output=True, text=True).stdout.strip():
         assert time.time() < deadline, "jobs of earlier tests are still queued"
         time.sleep(2)
 
@@ -46,8 +67,8 @@ def _points_saved(project) -> int:
         return 0
 
 
-def test_a_matrix_over_maxsubmitjobs_runs_in_waves_each_item_once(slurm_testbed, tmp_path):
-    project = sweep(tmp_path / "p", 12, shared_profile(tmp_path), array_parallel=6)
+def test_a_matrix_over_maxsubmitjobs_runs_in_waves_each_item_once(limited, tmp_path):
+    project = sweep(tmp_path / "p", 12, shared_profile(tmp_path), account=limited, array_parallel=6)
     _our_queue_drained()
     since = time.time()
     _max_submit(5)
@@ -57,7 +78,7 @@ def test_a_matrix_over_maxsubmitjobs_runs_in_waves_each_item_once(slurm_testbed,
         assert "allows 5 queued or running jobs (MaxSubmitJobs), 0 are: 4 of 12 item(s) submitted now, the other 8 in waves" in done.stderr
         assert done.stdout.count("next wave") == 8, done.stdout
         # Waves of 4, 3, 3 and 2 items (the running recording job counts against the limit), each with its recording job.
-        jobs = wait_ended(project, since, 16, timeout=600)
+        jobs = wait_ended(project, since, 16, timeout=600, account=limited)
     finally:
         _max_submit(-1)
     runs = collections.Counter((project / "runs.log").read_text().split())
@@ -80,8 +101,8 @@ def test_a_matrix_over_maxsubmitjobs_runs_in_waves_each_item_once(slurm_testbed,
     assert again.returncode == 0 and "nothing to submit" in again.stdout, again.stderr
 
 
-def test_no_room_for_an_item_and_the_recording_job_is_refused_up_front(slurm_testbed, tmp_path):
-    project = probe_project(tmp_path / "p", [(1, 1)])
+def test_no_room_for_an_item_and_the_recording_job_is_refused_up_front(limited, tmp_path):
+    project = probe_project(tmp_path / "p", [(1, 1)], account=limited)
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["layouts"] = [{"nodes": 1, "tasks": 1, "i": i} for i in range(200)]
     (project / "params.yaml").write_text(yaml.safe_dump(params))
@@ -96,12 +117,12 @@ def test_no_room_for_an_item_and_the_recording_job_is_refused_up_front(slurm_tes
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "200 item(s) and the recording job would need 201 jobs, but the association of" in done.stderr
     assert "allows 1 queued or running (MaxSubmitJobs)" in done.stderr and "nothing was submitted" in done.stderr
-    assert jobs_of(ACCOUNT, since, project) == []
+    assert jobs_of(limited, since, project) == []
     assert not (project / ".orchestrator/ledger").exists() or not any((project / ".orchestrator/ledger").glob("probe@*.json"))
 
 
-def test_a_sweep_over_maxsubmitjobs_goes_in_waves_and_every_point_becomes_an_experiment(slurm_testbed, tmp_path):
-    project = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": ACCOUNT})
+def test_a_sweep_over_maxsubmitjobs_goes_in_waves_and_every_point_becomes_an_experiment(limited, tmp_path):
+    project = sweep_project(tmp_path / "p", {"cluster": "testbed", "account": limited})
     _our_queue_drained()
     env = {**os.environ, **GIT_ENV}  # the recording jobs commit experiments (sbatch passes the environment on)
     since = time.time()
@@ -120,7 +141,7 @@ def test_a_sweep_over_maxsubmitjobs_goes_in_waves_and_every_point_becomes_an_exp
     # Waves of 2, 1 and 1 points (the running recording job counts against the limit), each with its
     # recording job; the points' jobs run in their copies of the project, under it.
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 60))
-    argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", ACCOUNT, "--format=JobName,State,WorkDir"]
+    argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", limited, "--format=JobName,State,WorkDir"]
     deadline = time.time() + 60  # slurmdbd records a job that just ended a while later (seen: over 10 s)
     while True:
         rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]

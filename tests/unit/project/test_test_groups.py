@@ -1,12 +1,12 @@
-"""The suite's own arrangement (tests/conftest.py): every module that uses the Slurm testbed is
-placed in one of the testbed's two xdist groups, and the tests that change the whole cluster
-(testbed_exclusive) sit in the second, where the split assumes them."""
+"""The suite's own arrangement (tests/scheduling.py): every module that uses the Slurm testbed is
+placed in one of the testbed's xdist groups, and the tests that change the whole cluster
+(testbed_exclusive) sit in the group that runs them first, as one block."""
 
 from __future__ import annotations
 
 import re
 
-import conftest
+import scheduling
 from support import ROOT
 
 USES_TESTBED = re.compile(r"\bslurm_testbed\b")
@@ -17,14 +17,16 @@ def _testbed_modules() -> set[str]:
 
 
 def test_every_testbed_module_is_in_exactly_one_group_and_every_listed_one_exists():
-    first, second = conftest._TESTBED_FIRST, conftest._TESTBED_SECOND
+    groups = list(scheduling.TESTBED_GROUPS.values())
+    listed = set().union(*groups)
     using = _testbed_modules()
     assert len(using) > 20  # the search finds them at all
-    assert not first & second, first & second
-    assert using - (first | second) == set(), "place these in _TESTBED_FIRST or _TESTBED_SECOND by their --durations"
-    assert (first | second) - using == set(), "listed, but no such module uses the testbed"
+    assert sum(map(len, groups)) == len(listed), "a module is in two groups"
+    assert using - listed == set(), "place these in a group of scheduling.TESTBED_GROUPS by their --durations"
+    assert listed - using == set(), "listed, but no such module uses the testbed"
 
 
-def test_exclusive_tests_are_in_the_second_group():
+def test_exclusive_tests_are_in_the_group_that_runs_them_first():
     marked = {path.name for path in (ROOT / "tests/integration").rglob("test_*.py") if "testbed_exclusive" in path.read_text()}
-    assert marked and marked <= conftest._TESTBED_SECOND, marked - conftest._TESTBED_SECOND
+    home = scheduling.TESTBED_GROUPS[scheduling.EXCLUSIVE_GROUP]
+    assert marked and marked <= home, marked - home
