@@ -60,11 +60,22 @@ def test_each_node_has_four_gpus(slurm_testbed):
 
 @pytest.mark.slurm
 def test_up_again_is_quick(slurm_testbed):
+    """`up` on a running testbed restarts nothing (the daemons keep their processes) and takes
+    seconds: 2-3 alone on 2 cores; the bound leaves room for a suite loading the machine."""
+    before = _daemons()
+    assert len(before) == len(slurm_testbed.nodes) + 2, before  # slurmctld, slurmdbd, a slurmd per node
     start = time.monotonic()
     result = invoke("testbed", "up")
     elapsed = time.monotonic() - start
     assert result.exit_code == 0, result.output
-    assert elapsed < 10, f"`testbed up` on a running testbed took {elapsed:.1f} s"
+    assert _daemons() == before, "`testbed up` on a running testbed restarted a daemon"
+    assert elapsed < 30, f"`testbed up` on a running testbed took {elapsed:.1f} s"
+
+
+def _daemons() -> dict[str, str]:
+    """Each Slurm daemon's command line -> its process id."""
+    listed = run("pgrep", "-a", "^slurm(ctld|dbd|d)$", check=False).stdout
+    return {line.split(" ", 1)[1]: line.split(" ", 1)[0] for line in listed.splitlines()}
 
 
 @pytest.mark.slurm

@@ -78,6 +78,13 @@ def _read_until(stream, text: str) -> str:
     return said
 
 
+def _signal_state(pid: int) -> str:
+    """The process's blocked, ignored and caught signals, threads and wait channel (/proc)."""
+    proc = Path(f"/proc/{pid}")
+    status = [line for line in (proc / "status").read_text().splitlines() if line.startswith(("SigBlk", "SigIgn", "SigCgt", "Threads"))]
+    return f"{status}, wchan {(proc / 'wchan').read_text()!r}, children {(proc / 'task' / str(pid) / 'children').read_text()!r}"
+
+
 def _every_line_once(stdout: str, what: str) -> None:
     lines = [line for line in stdout.splitlines() if line.startswith("line ")]
     assert lines == [f"line {i} of {what}" for i in range(LINES)], stdout
@@ -108,8 +115,12 @@ def test_ctrl_c_stops_only_the_following_and_attach_picks_it_up(login, slow, tmp
     release = _hold(tmp_path)  # the Ctrl-C lands while the command there runs
     client = login.popen("status", "--remote", cwd=slow)
     seen = _read_until(client.stdout, "line 3 of")  # Ctrl-C once the user sees it following
+    state = _signal_state(client.pid)
     client.send_signal(signal.SIGINT)
-    out, err = client.communicate(timeout=60)
+    try:
+        out, err = client.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # seen twice in whole-suite runs, never alone: say what the client did with the signal
+        pytest.fail(f"the client went on after Ctrl-C; before it: {state}; now: {_signal_state(client.pid)}")
     release.touch()
     assert client.returncode == 130, seen + out + err
     assert "nothing was stopped on the cluster" in err and "goes on on login-node" in err and "orchestrator remote attach" in err
