@@ -8,6 +8,7 @@ the config (ssh reads ~/.ssh/config from the password database's home, whatever 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -64,9 +65,16 @@ class Login:
         self.profile.write_text(yaml.safe_dump(data, sort_keys=False))
 
     def popen(self, *args: str, cwd: Path) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        """`orchestrator ARGS` started as a terminal's foreground job: Ctrl-C (SIGINT) at its
+        default. A suite started in the background of a non-interactive shell has SIGINT and
+        SIGQUIT ignored (POSIX), which the client would inherit and, rightly, keep; a Python
+        handler here is reset to the default in the child."""
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            argv = [sys.executable, "-m", "orchestrator", *args]
+            return subprocess.Popen(argv, cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def host_config(sshd, alias: str, hostname: str, known_hosts: Path, port: int | None = None, key: Path | None = None) -> str:
