@@ -28,7 +28,7 @@ LIMITED = "project_465000859"  # of the form the testbed profile asks for, as LU
 
 @pytest.fixture
 def limited(slurm_testbed):
-    """LIMITED, an account of this user on the testbed (made the first time); its limit lifted after the test."""
+    """LIMITED, an account of this user on the testbed (made the first time). Each test lifts the limit it sets."""
     user = getpass.getuser()
     shown = subprocess.run(
         ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"account={LIMITED}", f"user={user}", "format=account"],
@@ -38,8 +38,7 @@ def limited(slurm_testbed):
         cluster = f"cluster={slurm_testbed.cluster_name}"
         subprocess.run(["sacctmgr", "-i", "add", "account", LIMITED, cluster], check=True, capture_output=True)
         subprocess.run(["sacctmgr", "-i", "add", "user", user, f"account={LIMITED}", cluster], check=True, capture_output=True)
-    yield LIMITED
-    _max_submit(-1)
+    return LIMITED
 
 
 def _max_submit(value: int) -> None:

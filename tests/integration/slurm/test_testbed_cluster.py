@@ -10,6 +10,7 @@ import time
 import pytest
 from support import invoke
 
+from orchestrator.testbed import procs
 from orchestrator.testbed.settings import LocalSlurmSettings
 
 ACCOUNT = LocalSlurmSettings().account
@@ -62,20 +63,20 @@ def test_each_node_has_four_gpus(slurm_testbed):
 def test_up_again_is_quick(slurm_testbed):
     """`up` on a running testbed restarts nothing (the daemons keep their processes) and takes
     seconds: 2-3 alone on 2 cores; the bound leaves room for a suite loading the machine."""
-    before = _daemons()
-    assert len(before) == len(slurm_testbed.nodes) + 2, before  # slurmctld, slurmdbd, a slurmd per node
+    before = _daemons(slurm_testbed)
+    assert all(len(pids) == 1 for pids in before.values()), before
     start = time.monotonic()
     result = invoke("testbed", "up")
     elapsed = time.monotonic() - start
     assert result.exit_code == 0, result.output
-    assert _daemons() == before, "`testbed up` on a running testbed restarted a daemon"
+    assert _daemons(slurm_testbed) == before, "`testbed up` on a running testbed restarted a daemon"
     assert elapsed < 30, f"`testbed up` on a running testbed took {elapsed:.1f} s"
 
 
-def _daemons() -> dict[str, str]:
-    """Each Slurm daemon's command line -> its process id."""
-    listed = run("pgrep", "-a", "^slurm(ctld|dbd|d)$", check=False).stdout
-    return {line.split(" ", 1)[1]: line.split(" ", 1)[0] for line in listed.splitlines()}
+def _daemons(settings) -> dict[str, list[int]]:
+    """The process ids of slurmdbd, slurmctld and each node's slurmd."""
+    table = procs.processes()
+    return {name: procs.pids_of(name, table) for name in ("slurmdbd", "slurmctld", *(f"slurmd:{node}" for node in settings.nodes))}
 
 
 @pytest.mark.slurm
