@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from support import LOCKS, ROOT
 
-MARK_BY_FOLDER = {"slurm": "slurm", "apptainer": "apptainer", "ssh": "ssh"}
-MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image": "apptainer", "sshd": "ssh"}
-# The first of these a test has names its group: a Slurm job in a container is the testbed's.
+# Each is also a folder under integration/. The first of them a test has names its group: a Slurm
+# job in a container is the testbed's.
 DAEMON_MARKS = ("slurm", "apptainer", "ssh")
+MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image": "apptainer", "sshd": "ssh"}
 
 # The testbed's modules by group, balanced by their measured times (--durations, CI=true, 2 cores,
 # 4 to 0.1 minutes each). The exclusive tests' modules are all in the last group, whose exclusive
@@ -61,7 +61,7 @@ def arrange(items: list) -> None:
     (collection order: --no-loadscope-reorder)."""
     for item in items:
         parts = Path(item.path).relative_to(ROOT / "tests").parts
-        wanted = {MARK_BY_FOLDER[parts[1]]} if len(parts) > 2 and parts[0] == "integration" and parts[1] in MARK_BY_FOLDER else set()
+        wanted = {parts[1]} if len(parts) > 2 and parts[0] == "integration" and parts[1] in DAEMON_MARKS else set()
         wanted |= {mark for fixture, mark in MARK_BY_FIXTURE.items() if fixture in item.fixturenames}
         for mark in sorted(wanted - {m.name for m in item.iter_markers()}):
             item.add_marker(mark)
