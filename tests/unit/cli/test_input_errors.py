@@ -165,8 +165,8 @@ def test_a_very_long_matrix_value_leaves_no_scripts_folder_behind(tmp_path, clus
 
 
 def test_an_empty_matrix_value_is_refused_with_a_message(tmp_path):
-    """Today DVC's own `assert key` (dvc/parsing/__init__.py) escapes pipeline/stages.py as a
-    traceback; this fails until the item's name is checked before DVC resolves it."""
+    """DVC's own answer is a bare `assert key` (dvc/parsing/__init__.py): pipeline/stages.py checks
+    the item's name before DVC resolves it."""
     project = one_item(tmp_path / "p", values=[""])
     result = invoke("render", "--project", str(project))
     assert result.exception is None or isinstance(result.exception, SystemExit), (
@@ -174,6 +174,15 @@ def test_an_empty_matrix_value_is_refused_with_a_message(tmp_path):
     )
     assert result.exit_code == 2 and "error:" in result.output
 
+
+
+def test_a_params_value_dvc_s_yaml_reader_cannot_read(tmp_path):
+    """`._` is text to PyYAML, but DVC's YAML 1.1 reader (ruamel) takes it for a float and then fails
+    float('.') with a ValueError of its own, which `dvc repro` shows as an unexpected error. Found by
+    the fuzz test of matrix values (tests/integration/local/test_cli_inputs.py)."""
+    project = one_item(tmp_path / "p", values=["._"])
+    user_error(invoke("render", "--project", str(project)), "DVC cannot read the params of", "quote the value")
+    assert not (project / ".orchestrator" / "scripts").exists()
 
 # --- time limits ----------------------------------------------------------------------------------
 
