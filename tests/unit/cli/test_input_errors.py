@@ -175,7 +175,6 @@ def test_an_empty_matrix_value_is_refused_with_a_message(tmp_path):
     assert result.exit_code == 2 and "error:" in result.output
 
 
-
 def test_a_params_value_dvc_s_yaml_reader_cannot_read(tmp_path):
     """`._` is text to PyYAML, but DVC's YAML 1.1 reader (ruamel) takes it for a float and then fails
     float('.') with a ValueError of its own, which `dvc repro` shows as an unexpected error. Found by
@@ -183,6 +182,7 @@ def test_a_params_value_dvc_s_yaml_reader_cannot_read(tmp_path):
     project = one_item(tmp_path / "p", values=["._"])
     user_error(invoke("render", "--project", str(project)), "DVC cannot read the params of", "quote the value")
     assert not (project / ".orchestrator" / "scripts").exists()
+
 
 # --- time limits ----------------------------------------------------------------------------------
 
