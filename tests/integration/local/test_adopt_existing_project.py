@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from support import require, run_orchestrator
+from support import dvc_init, require, run_orchestrator
 
 SIF = "/project/project_465000858/klajster.sif"
 SCRIPT = "experiments/scripts/evaluate_lightning_classification.py"
@@ -71,7 +71,7 @@ def test_seed_000s_stage_runs_in_the_teams_own_sif_on_lumi(tmp_path):
     require("shellcheck")
     root = tmp_path / "lepiszcze"
     root.mkdir()
-    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=root, check=True)
+    dvc_init(root, scm=False)
     (root / "dvc.yaml").write_text(DVC_YAML)
     for path in (SCRIPT, CONFIG):
         (root / path).parent.mkdir(parents=True, exist_ok=True)

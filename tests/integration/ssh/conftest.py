@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, ROOT
+from support import ACCOUNT, ROOT, with_git
 
 ALIAS = "login-node"
 
@@ -133,9 +133,7 @@ def workstation(where: Path, login: Login, items: int = 2, params: dict | None =
     (where / "params.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     (where / "probe.py").write_text(PROBE)
     (where / ".gitignore").write_text(".orchestrator/\n")
-    for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], [*GIT_ID, "commit", "-q", "-m", "the project"]):
-        subprocess.run(argv, cwd=where, check=True, capture_output=True)
-    return where
+    return with_git(where, "the project")
 
 
 GIT_ID = ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, ROOT, jobs_of, require_torch
+from support import ACCOUNT, ROOT, jobs_of, require_torch, with_git
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slurm, pytest.mark.slow]
 
@@ -42,9 +42,7 @@ def shipped_workstation(where: Path, profile: Path) -> Path:
     params["benchmark"].update(models=["tiny"], device_cfgs=[{"num_nodes": 1, "num_gpus": 1}, {"num_nodes": 1, "num_gpus": 2}])
     params["benchmark"].update(max_steps=10)
     (where / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], [*GIT_ID, "commit", "-q", "-m", "the project"]):
-        subprocess.run(argv, cwd=where, check=True, capture_output=True)
-    return where
+    return with_git(where, "the project")
 
 
 def _wait_completed(login, project: Path, rows: int, timeout: float = 600) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import invoke
+from support import dvc_init, invoke
 
 from orchestrator.config import params
 
@@ -338,10 +338,8 @@ def test_wrap_refuses_a_dvc_yaml_it_cannot_rewrite_without_changing_its_layout(t
 
 def test_render_check_passes_on_what_init_wrote_for_a_cluster(tmp_path):
     """init's own output must plan: before, `init --cluster lumi` wrote account null and image none."""
-    import subprocess
-
     root = project(tmp_path, **{"dvc.yaml": UNWRAPPED})
-    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=root, check=True)
+    dvc_init(root, scm=False)
     args = ["--cluster", "lumi", "--account", "project_465000123", "--image", "/project/project_465000123/team.sif"]
     assert invoke("init", "--project", str(root), *args, "--wrap", "train").exit_code == 0
     done = invoke("render", "--project", str(root), "--check", "--no-shellcheck")

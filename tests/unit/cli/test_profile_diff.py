@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import examples, invoke, write_operators
+from support import examples, invoke, with_git, write_operators
 
 
 @pytest.mark.parametrize(
@@ -60,10 +60,7 @@ def _git_project(where: Path, files: dict[str, Path]) -> Path:
     for name, source in files.items():
         (where / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source, where / name)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
-    for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-q", "-m", "runs"]):
-        subprocess.run(argv, cwd=where, check=True, capture_output=True)
-    return where
+    return with_git(where, "runs")
 
 
 def test_a_rev_path_that_leaves_the_project_is_refused_and_nothing_is_written(tmp_path, monkeypatch):

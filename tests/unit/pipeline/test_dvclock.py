@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import subprocess
 
+from support import dvc_init
+
 from orchestrator.pipeline import dvclock
 
 
 def test_a_cut_short_lock_file_is_reset_and_dvc_reads_it_again(tmp_path):
-    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    dvc_init(tmp_path, scm=False)
     (tmp_path / "dvc.yaml").write_text("stages:\n  s:\n    cmd: echo hi\n")
     lock = tmp_path / ".dvc/tmp/rwlock"
     assert dvclock.mend(tmp_path) is False  # no file: nothing to do

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import examples
+from support import dvc_init, examples
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.remote import fetch as fetching
@@ -45,7 +45,7 @@ def project(where: Path, git: bool = False) -> Path:
     where.mkdir(parents=True)
     if git:
         subprocess.run(["git", "init", "-q"], cwd=where, check=True)
-    assert dvc(where, "init", *([] if git else ["--no-scm"]), "-q").returncode == 0
+    dvc_init(where, scm=git)
     (where / "dvc.yaml").write_text(yaml.safe_dump(DVC_YAML, sort_keys=False))
     return where
 
