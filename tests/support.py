@@ -375,6 +375,22 @@ def one_error(done: subprocess.CompletedProcess, *expected: str) -> str:
     return text
 
 
+def orchestrator_here(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`orchestrator ARGS` run from ``cwd`` in this process (click's test runner), in
+    :func:`run_orchestrator`'s shape: what a fresh process would answer, without its second of
+    start-up (DVC's imports) on every call. An exception the CLI does not turn into a message
+    is raised, as a fresh process's traceback would fail the test."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    with contextlib.chdir(cwd):
+        result = CliRunner().invoke(main, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(["orchestrator", *args], result.exit_code, result.stdout, result.stderr)
+
+
 def run_orchestrator(*args: str, cwd: Path, env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     """`orchestrator ARGS` in a fresh process (``python -m orchestrator``), as users and DVC run it."""
     return subprocess.run(

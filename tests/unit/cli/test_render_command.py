@@ -1,5 +1,8 @@
-"""`orchestrator render` on real DVC projects, in a fresh process as users and DVC run it: the
-shipped pipeline, bad input, determinism."""
+"""`orchestrator render` on real DVC projects: the shipped pipeline, bad input, determinism.
+
+The shipped pipeline's check and the help run in a fresh process, as users and DVC run them; the
+rest in this process (support.orchestrator_here), which answers the same without each call's
+second of start-up."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, ROOT, invoke, make_project, require, run_orchestrator
+from support import ACCOUNT, ROOT, invoke, make_project, orchestrator_here, require, run_orchestrator
 
 LUMI_MASKS = "mask_cpu:0xfe000000000000,0xfe00000000000000,0xfe0000,0xfe000000,0xfe,0xfe00,0xfe00000000,0xfe0000000000"
 
@@ -42,32 +45,32 @@ def test_lumi_check_passes_on_the_shipped_pipeline(project):
 
 
 def test_rendering_twice_is_byte_identical(project):
-    assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    assert orchestrator_here("render", "--cluster", "lumi", cwd=project).returncode == 0
     first = scripts(project / ".orchestrator/scripts/lumi")
-    assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    assert orchestrator_here("render", "--cluster", "lumi", cwd=project).returncode == 0
     assert scripts(project / ".orchestrator/scripts/lumi") == first
 
 
 def test_every_builtin_cluster_renders_and_checks(project):
     require("shellcheck")
     for cluster in ["lumi", "frontier", "juwels-booster", "generic-nvidia", "testbed", "local"]:
-        done = run_orchestrator("render", "--cluster", cluster, "--check", cwd=project)
+        done = orchestrator_here("render", "--cluster", cluster, "--check", cwd=project)
         assert done.returncode == 0, (cluster, done.stderr)
-    done = run_orchestrator("render", "--cluster", "testbed", "--form", "srun", "--check", "--out", "srun", cwd=project)
+    done = orchestrator_here("render", "--cluster", "testbed", "--form", "srun", "--check", "--out", "srun", cwd=project)
     assert done.returncode == 0, done.stderr
 
 
 def test_default_cluster_comes_from_params(project):
-    done = run_orchestrator("render", cwd=project)
+    done = orchestrator_here("render", cwd=project)
     assert done.returncode == 0, done.stderr
     assert len(scripts(project / ".orchestrator/scripts/local")) == 2 + 4 + 3  # the small local default: benchmark, lm, the corpus
 
 
 def test_targets_select_items(project):
-    done = run_orchestrator("render", "--cluster", "lumi", "benchmark@*-device_cfg4", cwd=project)
+    done = orchestrator_here("render", "--cluster", "lumi", "benchmark@*-device_cfg4", cwd=project)
     assert done.returncode == 0, done.stderr
     assert len(scripts(project / ".orchestrator/scripts/lumi")) == 2
-    done = run_orchestrator("render", "--cluster", "lumi", "trainn", cwd=project)
+    done = orchestrator_here("render", "--cluster", "lumi", "trainn", cwd=project)
     assert done.returncode == 2 and "no stage matches 'trainn'" in done.stderr and "stages: benchmark" in done.stderr
 
 
@@ -79,7 +82,7 @@ def test_overlapping_masks_fail_check_naming_the_tasks(project):
     )
     assert typo != text
     (project / "lumi-seed.yaml").write_text(typo)
-    done = run_orchestrator("render", "--cluster", "lumi-seed.yaml", "--check", cwd=project)
+    done = orchestrator_here("render", "--cluster", "lumi-seed.yaml", "--check", cwd=project)
     assert done.returncode != 0
     assert "tasks 0 and 1 share cores 49-55" in done.stderr
     assert "Traceback" not in done.stderr
@@ -124,14 +127,14 @@ def test_bad_input_gets_one_clear_message(tmp_path):
     }
     for i, (files, cluster, expected) in enumerate(cases.values()):
         project = make_project(tmp_path / f"case{i}", **files)
-        done = run_orchestrator("render", "--check", "--no-shellcheck", "--cluster", *cluster, cwd=project)
+        done = orchestrator_here("render", "--check", "--no-shellcheck", "--cluster", *cluster, cwd=project)
         assert_clean_failure(done, *expected, project=project)
 
 
 def test_profile_file_with_unknown_keys(project):
     text = (ROOT / "orchestrator/config/profiles/lumi.yaml").read_text().replace("  cores: 64", "  cores: 64\n  numa: 8")
     (project / "mine.yaml").write_text(text + "extra: 1\n")
-    done = run_orchestrator("render", "--cluster", "mine.yaml", cwd=project)
+    done = orchestrator_here("render", "--cluster", "mine.yaml", cwd=project)
     assert_clean_failure(
         done, "node: unknown key(s) numa; valid keys: cores,", "(top level): unknown key(s) extra; valid keys: name,", project=project
     )
@@ -142,7 +145,7 @@ def test_all_problems_are_listed_at_once(project):
     (project / "params.yaml").write_text(
         params.replace("account: project_465000858   #", "account: nope   #").replace('time: "02:00:00"', 'time: "9-00:00:00"', 1)
     )
-    done = run_orchestrator("render", "--cluster", "lumi", cwd=project)
+    done = orchestrator_here("render", "--cluster", "lumi", cwd=project)
     assert "account 'nope' does not match" in done.stderr
     assert "exceeds partition standard-g's limit" in done.stderr
     # one line per distinct problem, naming the items it affects
@@ -150,7 +153,7 @@ def test_all_problems_are_listed_at_once(project):
 
 
 def test_no_dvc_project(tmp_path):
-    done = run_orchestrator("render", cwd=tmp_path)
+    done = orchestrator_here("render", cwd=tmp_path)
     assert done.returncode == 2 and "no dvc.yaml in" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -162,12 +165,12 @@ def test_help_and_yaml(args, tmp_path):
 
 def test_full_render_removes_scripts_of_items_gone_and_targets_keep_them(project):
     out = project / ".orchestrator/scripts/lumi"
-    assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    assert orchestrator_here("render", "--cluster", "lumi", cwd=project).returncode == 0
     (out / "benchmark@removed-item.sbatch").write_text("#!/bin/bash\n")
     (out / "notes.txt").write_text("mine")
-    assert run_orchestrator("render", "--cluster", "lumi", "benchmark@*cfg0", cwd=project).returncode == 0
+    assert orchestrator_here("render", "--cluster", "lumi", "benchmark@*cfg0", cwd=project).returncode == 0
     assert (out / "benchmark@removed-item.sbatch").exists()
-    assert run_orchestrator("render", "--cluster", "lumi", cwd=project).returncode == 0
+    assert orchestrator_here("render", "--cluster", "lumi", cwd=project).returncode == 0
     assert not (out / "benchmark@removed-item.sbatch").exists()
     assert (out / "notes.txt").read_text() == "mine"
     assert len(list(out.glob("*.sbatch"))) == 10 + 4 + 3
@@ -177,7 +180,7 @@ def test_full_render_removes_scripts_of_items_gone_and_targets_keep_them(project
 def test_orchestrated_outputs_must_persist(tmp_path):
     dvc_yaml = (ROOT / "dvc.yaml").read_text().split("    # persist:")[0] + "    outs:\n      - results/x\n"
     project = make_project(tmp_path / "p", dvc_yaml=dvc_yaml)
-    done = run_orchestrator("render", cwd=project)
+    done = orchestrator_here("render", cwd=project)
     assert_clean_failure(done, "declare its outputs `persist: true` (results/x)", "would delete the job's work", project=project)
 
 
@@ -198,7 +201,7 @@ def _unwritable_folders(tmp_path: Path) -> dict[str, Path]:
 
 def test_an_out_folder_that_cannot_be_written_is_one_line_and_leaves_nothing(project, tmp_path):
     for case, out in _unwritable_folders(tmp_path).items():
-        done = run_orchestrator("render", "--cluster", "lumi", "--out", str(out), cwd=project)
+        done = orchestrator_here("render", "--cluster", "lumi", "--out", str(out), cwd=project)
         assert done.returncode == 2, (case, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, (case, done.stderr)
         assert done.stderr.startswith(f"error: --out {str(out)!r}: cannot write the scripts there: "), (case, done.stderr)
@@ -210,7 +213,7 @@ def test_an_out_folder_that_cannot_be_written_is_one_line_and_leaves_nothing(pro
 def test_a_failed_render_removes_the_out_folders_it_made(project):
     params = (project / "params.yaml").read_text()
     (project / "params.yaml").write_text(params.replace("account: project_465000858   #", "account: nope   #"))
-    done = run_orchestrator("render", "--cluster", "lumi", "--out", "new/a/b", cwd=project)
+    done = orchestrator_here("render", "--cluster", "lumi", "--out", "new/a/b", cwd=project)
     assert done.returncode == 2 and "account 'nope' does not match" in done.stderr
     assert not (project / "new").exists(), "an empty folder was left behind"
 
@@ -252,7 +255,7 @@ stages:
 def test_values_longer_than_a_file_name_render_within_the_byte_limit(tmp_path):
     values = ["x" * 5000, "é" * 200, "日本" * 100, "a b", "a_b", "a;b"]
     project = make_project(tmp_path / "p", dvc_yaml=LOOK_ALIKE, params_yaml=yaml.safe_dump({"orchestrator": PARAMS, "values": values}))
-    done = run_orchestrator("render", cwd=project)
+    done = orchestrator_here("render", cwd=project)
     assert done.returncode == 0, done.stderr
     written = sorted((project / ".orchestrator/scripts/local").iterdir())
     assert len(written) == len(values) and all(len(p.name.encode()) <= 200 for p in written)
@@ -268,7 +271,7 @@ def test_a_value_with_a_line_break_is_refused_at_render(tmp_path):
     project = make_project(
         tmp_path / "p", dvc_yaml=LOOK_ALIKE, params_yaml=yaml.safe_dump({"orchestrator": PARAMS, "values": ["a\nb", "c"]})
     )
-    done = run_orchestrator("render", cwd=project)
+    done = orchestrator_here("render", cwd=project)
     assert_clean_failure(done, "s@a\\nb: its cmd has a line break", "remove line breaks from the values", project=project)
 
 
