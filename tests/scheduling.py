@@ -30,18 +30,20 @@ MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image
 
 # The testbed's modules by group, balanced by their measured times (--durations, CI=true, 2 cores,
 # 4 to 0.1 minutes each). The exclusive tests' modules are all in the last group, whose exclusive
-# tests run first, as one block: the other groups wait for it once, not once per exclusive test.
+# tests run last, as one block: begun when the other groups have finished (that group is the
+# longest), it keeps no one waiting; begun earlier, the others wait for it once, not once per test.
 TESTBED_GROUPS = {
     "slurm": frozenset(
         {
             "test_slurm_testbed.py", "test_report_two_clusters_testbed.py", "test_docs_commands_ssh.py",
-            "test_remote_workflow.py", "test_fresh_project_testbed.py", "test_record_testbed.py",
+            "test_remote_workflow.py", "test_record_testbed.py",
         }
     ),
     "slurm-2": frozenset(
         {
             "test_experiments_testbed.py", "test_docs_commands_testbed.py", "test_limits_testbed.py",
             "test_remote_submit.py", "test_container_jobs.py", "test_remote_install.py", "test_remote_container_build.py",
+            "test_fresh_project_testbed.py",
         }
     ),
     "slurm-3": frozenset(
@@ -83,13 +85,13 @@ def testbed_group(module: str) -> str:
 
 def _start_order(items: list):
     """The daemons' groups first, then the groups and tests that hold a slow test, then the rest;
-    in a group, its exclusive tests first."""
+    in a group, its exclusive tests last."""
     rank: dict[str, int] = {}
     for item in items:
         name = _scope(item)
         mine = 0 if name in DAEMON_GROUPS else 1 if item.get_closest_marker("slow") else 2
         rank[name] = min(rank.get(name, mine), mine)
-    return lambda item: (rank[_scope(item)], 0 if item.get_closest_marker("testbed_exclusive") else 1)
+    return lambda item: (rank[_scope(item)], 1 if item.get_closest_marker("testbed_exclusive") else 0)
 
 
 def _scope(item) -> str:

@@ -1,6 +1,6 @@
 """The suite's own arrangement (tests/scheduling.py): every module that uses the Slurm testbed is
 placed in one of the testbed's xdist groups, and the tests that change the whole cluster
-(testbed_exclusive) sit in the group that runs them first, as one block."""
+(testbed_exclusive) sit in the one group that runs them last, as one block."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_every_testbed_module_is_in_exactly_one_group_and_every_listed_one_exist
     assert listed - using == set(), "listed, but no such module uses the testbed"
 
 
-def test_exclusive_tests_are_in_the_group_that_runs_them_first():
+def test_exclusive_tests_are_in_the_group_that_runs_them_as_one_block():
     marked = {path.name for path in (ROOT / "tests/integration").rglob("test_*.py") if "testbed_exclusive" in path.read_text()}
     home = scheduling.TESTBED_GROUPS[scheduling.EXCLUSIVE_GROUP]
     assert marked and marked <= home, marked - home
