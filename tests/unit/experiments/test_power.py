@@ -9,15 +9,20 @@ from types import SimpleNamespace
 import pytest
 from fakes import FakeStrategy, ManualClock
 
-power = pytest.importorskip("experiments.common.power", reason="experiments/common/power.py needs torch and pytorch_lightning")
+
+@pytest.fixture(scope="module")
+def power():
+    """The module, imported when a test runs, not when pytest collects: Lightning's import (~8 s of
+    CPU) in every worker of the suite would otherwise be spent before any test."""
+    return pytest.importorskip("experiments.common.power", reason="experiments/common/power.py needs torch and pytorch_lightning")
 
 
-def test_trapezoid_integration():
+def test_trapezoid_integration(power):
     assert power.integrate([(0, 100), (1, 100), (3, 200)]) == 100 + 300
     assert power.integrate([(5, 100)]) == 0
 
 
-def test_sampler_integrates_power_from_its_thread():
+def test_sampler_integrates_power_from_its_thread(power):
     clock = ManualClock()
     watts = iter([100.0, 100.0, 300.0, 300.0, 300.0, 300.0] + [300.0] * 1000)
 
@@ -34,7 +39,7 @@ def test_sampler_integrates_power_from_its_thread():
     assert joules == pytest.approx(power.integrate(sampler.samples))
 
 
-def test_energy_counter_needs_two_reads_and_survives_a_failing_read():
+def test_energy_counter_needs_two_reads_and_survives_a_failing_read(power):
     readings = iter([1000.0, RuntimeError("driver hiccup"), 1600.0])
 
     def read():
@@ -60,7 +65,7 @@ def fit(monitor, device="cpu", ranks=1, seconds=0.05):
     return monitor.metrics()
 
 
-def test_power_monitor_sums_ranks_and_reports_its_source():
+def test_power_monitor_sums_ranks_and_reports_its_source(power):
     started = time.monotonic()
     metrics = fit(power.PowerMonitor(sensor=power.Sensor("fake", "power", lambda: 250.0, interval_s=0.005)), ranks=4)
     elapsed = time.monotonic() - started  # the 0.05 s sleep, and on a loaded machine some more
@@ -70,13 +75,13 @@ def test_power_monitor_sums_ranks_and_reports_its_source():
     assert 4 * 250.0 * 0.05 * 0.5 <= metrics["gpu_energy_j"] <= 4 * 250.0 * elapsed
 
 
-def test_on_cpu_nothing_is_sampled_and_the_source_is_none():
+def test_on_cpu_nothing_is_sampled_and_the_source_is_none(power):
     monitor = power.PowerMonitor()
     assert fit(monitor, seconds=0) == {"gpu_energy_j": None, "gpu_power_mean_w": None, "power_source": "none", "power_devices": 0}
     assert monitor._sampler is None  # no thread was started
 
 
-def test_a_resumed_run_adds_the_checkpointed_energy():
+def test_a_resumed_run_adds_the_checkpointed_energy(power):
     monitor = power.PowerMonitor(sensor=power.Sensor("fake", "power", lambda: 100.0, interval_s=0.005))
     monitor.load_state_dict({"energy_j": 5000.0})
     metrics = fit(monitor, ranks=2)
@@ -89,7 +94,7 @@ ROCM_SMI_JSON = (
 )
 
 
-def test_rocm_smi_json_and_device_mapping():
+def test_rocm_smi_json_and_device_mapping(power):
     assert power.rocm_smi_watts(ROCM_SMI_JSON, 0) == 237.0
     assert power.rocm_smi_watts(ROCM_SMI_JSON, 1) is None  # MI250X's secondary die
     assert power.rocm_smi_watts("not json", 0) is None
@@ -99,14 +104,14 @@ def test_rocm_smi_json_and_device_mapping():
     assert power.physical_index(3, {}) == 3
 
 
-def test_torch_power_draw_units():
+def test_torch_power_draw_units(power):
     assert power.torch_watts(250_000, hip=False) == 250.0  # NVML: mW
     assert power.torch_watts(237, hip=True) == 237.0  # ROCm torch <= 2.13: W
     assert power.torch_watts(237_000, hip=True) == 237.0  # ROCm once pytorch#197553 lands: mW
     assert power.torch_watts(0, hip=True) is None
 
 
-def test_no_sensor_on_cpu():
+def test_no_sensor_on_cpu(power):
     import torch
 
     assert power.find_sensor(torch.device("cpu")) is None
