@@ -65,6 +65,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
+    scheduling.prioritise(item)
     scheduling.TURN.take(item)
 
 

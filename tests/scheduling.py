@@ -10,6 +10,10 @@ testbed's tests share the cluster. conftest.py's hooks call these.
   with a module fixture is a group too, so the fixture is set up once.
 - **Order.** The longest chains are handed out first: a chain started last keeps one worker busy
   while the others have finished.
+- **Priority.** A test that needs no daemon runs at a lower CPU priority (nice 5: a third of the
+  share), with the processes it starts: the daemons' groups are the longest chains, and their
+  Slurm jobs (at the daemons' priority) wait for CPU the other workers' tests would take (a 2-core
+  machine is busy throughout the whole suite); the other tests have the rest of the run to finish in.
 - **The testbed's lock** (Turn). Testbed tests on different workers each submit from their own
   folder and read back only their own jobs; one marked testbed_exclusive changes the whole cluster
   (a node set down, the controller stopped, both nodes kept busy) and has it alone.
@@ -17,6 +21,7 @@ testbed's tests share the cluster. conftest.py's hooks call these.
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
@@ -43,13 +48,13 @@ TESTBED_GROUPS = {
         {
             "test_experiments_testbed.py", "test_docs_commands_testbed.py", "test_limits_testbed.py",
             "test_remote_submit.py", "test_container_jobs.py", "test_remote_install.py", "test_remote_container_build.py",
-            "test_fresh_project_testbed.py",
+            "test_fresh_project_testbed.py", "test_cluster_switch_testbed.py",
         }
     ),
     "slurm-3": frozenset(
         {
             "test_arrays_testbed.py", "test_faults_testbed.py", "test_stuck_testbed.py", "test_lm_testbed.py",
-            "test_cluster_switch_testbed.py", "test_testbed_cluster.py", "test_secrets.py", "test_energy_accounting.py",
+            "test_testbed_cluster.py", "test_secrets.py", "test_energy_accounting.py",
             "test_executor_on_slurm.py",
         }
     ),
@@ -103,6 +108,21 @@ def _uses_a_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info else ()
     return any(d.scope in ("module", "class", "package") for chain in defs for d in chain)
+
+
+NICE = 5
+
+
+def prioritise(item) -> None:
+    """This worker's CPU priority for ``item``: nice 5 without a daemon, 0 with one (back to 0 only
+    as root; elsewhere the worker keeps 5, as do all in the fast tier). Linux's niceness is the
+    thread's: this one runs the tests and starts their processes, which inherit it."""
+    wanted = 0 if any(item.get_closest_marker(mark) for mark in DAEMON_MARKS) else NICE
+    if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, wanted)
+        except PermissionError:
+            pass
 
 
 class Turn:
