@@ -35,8 +35,8 @@ MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image
 
 # The testbed's modules by group, balanced by their measured times (--durations, CI=true, 2 cores,
 # 4 to 0.1 minutes each). The exclusive tests' modules are all in the last group, whose exclusive
-# tests run last, as one block: begun when the other groups have finished (that group is the
-# longest), it keeps no one waiting; begun earlier, the others wait for it once, not once per test.
+# tests run last, as one block: the other groups wait for it at most once, near their own end
+# (run first, it kept both waiting at their start, ~4 minutes each).
 TESTBED_GROUPS = {
     "slurm": frozenset(
         {
