@@ -121,16 +121,19 @@ def _resolve_with_dvc(
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
-        contents = ProjectFile(repo, str(root / PIPELINE_FILE)).contents
+        reading = str(root / PIPELINE_FILE)
         try:
+            contents = ProjectFile(repo, reading).contents
+            reading = f"the params of {reading}"
             resolver = DataResolver(repo, str(root), contents)
         except ValueError as exc:
-            # DVC reads params files as YAML 1.1 (ruamel), whose float pattern takes text such as
-            # `._` that its own float() then refuses: a ValueError from the loader, not a DVC error.
+            # DVC reads dvc.yaml and params files as YAML 1.1 (ruamel), whose float pattern takes
+            # text such as `._` that its own float() then refuses: a ValueError from the loader,
+            # not a DVC error.
             raise PipelineError(
-                f"DVC cannot read the params of {root / PIPELINE_FILE}",
-                [f"a value in a params file: {exc}"],
-                hints=["quote the value in the params file: DVC reads YAML 1.1, where text such as `._` looks like a number"],
+                f"DVC cannot read {reading}",
+                [f"a value DVC's YAML reader cannot convert: {exc}"],
+                hints=["quote the value: DVC reads YAML 1.1, where text such as `._` looks like a number"],
             ) from exc
         if overlay:
             resolver.context.merge_update(Context(overlay), overwrite=True)

@@ -184,6 +184,15 @@ def test_a_params_value_dvc_s_yaml_reader_cannot_read(tmp_path):
     assert not (project / ".orchestrator" / "scripts").exists()
 
 
+def test_a_dvc_yaml_value_dvc_s_yaml_reader_cannot_read(tmp_path):
+    """The same text in dvc.yaml itself, which DVC's reader loads before the params."""
+    project = one_item(tmp_path / "p")
+    (project / "dvc.yaml").write_text(ONE_ITEM.replace("v: ${values}", "v: [x, ._]"))
+    out = user_error(invoke("render", "--project", str(project)), f"DVC cannot read {project / 'dvc.yaml'}", "quote the value")
+    assert "params of" not in out
+    assert not (project / ".orchestrator" / "scripts").exists()
+
+
 # --- time limits ----------------------------------------------------------------------------------
 
 
