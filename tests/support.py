@@ -380,12 +380,8 @@ def orchestrator_here(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     :func:`run_orchestrator`'s shape: what a fresh process would answer, without its second of
     start-up (DVC's imports) on every call. An exception the CLI does not turn into a message
     is raised, as a fresh process's traceback would fail the test."""
-    from click.testing import CliRunner
-
-    from orchestrator.cli import main
-
     with contextlib.chdir(cwd):
-        result = CliRunner().invoke(main, list(args))
+        result = invoke(*args)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return subprocess.CompletedProcess(["orchestrator", *args], result.exit_code, result.stdout, result.stderr)

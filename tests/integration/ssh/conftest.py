@@ -134,6 +134,3 @@ def workstation(where: Path, login: Login, items: int = 2, params: dict | None =
     (where / "probe.py").write_text(PROBE)
     (where / ".gitignore").write_text(".orchestrator/\n")
     return with_git(where, "the project")
-
-
-GIT_ID = ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com"]

@@ -22,7 +22,6 @@ from support import ACCOUNT, ROOT, jobs_of, require_torch, with_git
 pytestmark = [pytest.mark.ssh, pytest.mark.slurm, pytest.mark.slow]
 
 ALIAS = "login-node"  # the login fixture's Host alias (conftest.py beside this)
-GIT_ID = ["git", "-c", "user.name=Test", "-c", "user.email=test@example.com"]
 ITEMS = ["benchmark@pydoc-topics-tiny-device_cfg0", "benchmark@pydoc-topics-tiny-device_cfg1"]
 RESULTS = ["results/benchmark/pydoc-topics/tiny/1x1", "results/benchmark/pydoc-topics/tiny/1x2"]
 
