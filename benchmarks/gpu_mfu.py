@@ -26,9 +26,11 @@ Megatron-LM 41-48 % on H100, torchtitan 33-39 %, nanoGPT about 30 %.
 
 Usage: python benchmarks/gpu_mfu.py [--models large,xl] [--batch-sizes 16,32] [--compile on,off] [--precision default,fp8]
                                    [--seq-len 1024] [--steps 60] [--num-workers N] [--attention auto]
-                                   [--profile-steps 5:2] [--out FILE]
+                                   [--profile-steps 5:2] [--val-rows N] [--command-options '--bf16-residual'] [--out FILE]
        python benchmarks/gpu_mfu.py --smoke   (the tiny model on CPU, compiled and not: checks this script, gives no figures)
-Writes benchmarks/out/gpu_mfu.json (or gpu_mfu_smoke.json).
+Writes benchmarks/out/gpu_mfu.json (or gpu_mfu_smoke.json). A row run with --command-options or
+with Inductor's switches in the environment (TORCHINDUCTOR_*) is a variant: it is shown as one,
+FP8 is compared only with its own variant, and it cannot meet a bound, which is the defaults'.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import gzip
 import json
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -77,7 +80,8 @@ def listed(text: str) -> list[str]:
 
 
 def run_one(model: str, batch: int, compiled: bool, precision: str, args, env: dict, accelerator: str) -> dict:
-    what = {"model": model, "batch_size": batch, "compiled": compiled, "asked_precision": precision, "asked_attention": args.attention}
+    what = {"model": model, "batch_size": batch, "compiled": compiled, "asked_precision": precision, "asked_attention": args.attention,
+            "steps": args.steps, "asked_options": args.command_options}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="orch-gpu-mfu-") as td:
         output = Path(td) / "run"
         argv = [sys.executable, "-m", "experiments.lm", "--data", "pydoc-topics", "--model", model,
@@ -91,6 +95,9 @@ def run_one(model: str, batch: int, compiled: bool, precision: str, args, env: d
             argv += ["--attention", args.attention]
         if args.profile_steps:
             argv += ["--profile-steps", args.profile_steps, "--profile-trace"]
+        if args.val_rows is not None:
+            argv += ["--val-rows", str(args.val_rows)]
+        argv += shlex.split(args.command_options or "")
         if not compiled:
             argv += ["--compile", "off"]
         elif accelerator == "cpu":
@@ -100,10 +107,21 @@ def run_one(model: str, batch: int, compiled: bool, precision: str, args, env: d
         done = subprocess.run(argv, cwd=td, env={**env, "ORCH_ACCELERATOR": accelerator}, capture_output=True, text=True)
         wall = time.monotonic() - started
         if done.returncode != 0:
-            return {**what, "wall_s": wall, "error": done.stderr[-3000:]}
+            return {**what, "wall_s": wall, "error": done.stderr[-3000:], "inductor_env": inductor_env(env)}
         metrics = json.loads((output / "metrics.json").read_text())
         extra = {"loss_curve": loss_curve(output / "dvclive"), "kernels": kernel_kinds(output / "profile", args.profile_steps)}
-    return {**what, "wall_s": wall, **{k: metrics.get(k) for k in FIELDS}, **extra}
+    return {**what, "wall_s": wall, **{k: metrics.get(k) for k in FIELDS}, **extra, "inductor_env": inductor_env(env)}
+
+
+def variant(row: dict) -> str:
+    """What a row ran beside the command's defaults (its options, Inductor's switches); '-' for none."""
+    switches = [f"{k}={v}" for k, v in (row.get("inductor_env") or {}).items()]
+    return " ".join(filter(None, [row.get("asked_options"), *switches])) or "-"
+
+
+def inductor_env(env: dict) -> dict:
+    """Inductor's own switches set in the run's environment (TORCHINDUCTOR_*): a row with any is a variant, not the defaults."""
+    return {k: v for k, v in sorted(env.items()) if k.startswith("TORCHINDUCTOR_") and k != "TORCHINDUCTOR_CACHE_DIR"}
 
 
 def loss_curve(dvclive: Path) -> list[list[float]]:
@@ -143,12 +161,12 @@ def kernel_kinds(profile: Path, window: str | None) -> dict | None:
 
 
 def fp8_comparisons(rows: list[dict]) -> list[dict]:
-    """Each FP8 row against the bf16 row of the same model, batch and compile setting: speed-up and loss."""
+    """Each FP8 row against the bf16 row of the same model, batch, compile setting, steps and Inductor switches: speed-up and loss."""
     done = [r for r in rows if "error" not in r]
     found = []
     for fp8 in (r for r in done if r["asked_precision"] == "fp8"):
-        same = [r for r in done if r["asked_precision"] == "default" and (r["model"], r["batch_size"], r["compiled"]) ==
-                (fp8["model"], fp8["batch_size"], fp8["compiled"])]  # fmt: skip
+        key = ("model", "batch_size", "compiled", "steps", "inductor_env", "asked_options")
+        same = [r for r in done if r["asked_precision"] == "default" and all(r.get(k) == fp8.get(k) for k in key)]
         if not same:
             continue
         bf16 = same[0]
@@ -187,7 +205,7 @@ def bound_failures(rows: list[dict]) -> list[str]:
     with >= 350M parameters reaches the MFU with the data wait under its limit; and, for each size
     of :data:`MODEL_MFU` that was run, no such row of it reaches that size's own bound."""
     eligible = [r for r in rows if "error" not in r and r["compiled"] and r["asked_precision"] == "default"]
-    eligible = [r for r in eligible if r.get("asked_attention") is None]
+    eligible = [r for r in eligible if r.get("asked_attention") is None and not r.get("inductor_env") and not r.get("asked_options")]
     eligible = [r for r in eligible if r["parameters"] >= MIN_PARAMETERS and (r["data_wait_share"] or 1) <= MAX_DATA_WAIT]
     failures = []
     if not any((r["mfu"] or 0) >= MIN_MFU for r in eligible):
@@ -209,9 +227,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=60, help="steps, the first tenth untimed (default 60)")
     ap.add_argument("--precision", default="default", help="default (the command's: bf16-mixed on GPU), fp8, ... (default: default)")
     ap.add_argument("--num-workers", type=int, help="DataLoader workers (default: the command's, none)")
+    ap.add_argument("--val-rows", type=int, help="the command's --val-rows (default: its own; fewer when only speed counts)")
     ap.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak; default from its name")
     kernels = ("auto", "cudnn", "flash", "efficient", "math")
     ap.add_argument("--attention", choices=kernels, help="the command's --attention (default: its own)")
+    ap.add_argument("--command-options", metavar="OPTIONS", help="more options for the command: a variant to compare (--bf16-residual)")
     ap.add_argument("--profile-steps", metavar="START:COUNT", help="profile these steps (keep them in the warm-up tenth): kernels by kind")
     ap.add_argument("--out", type=Path, help="the JSON to write (default benchmarks/out/gpu_mfu.json)")
     ap.add_argument("--smoke", action="store_true", help="tiny model, CPU, 8 steps: checks the script only")
@@ -248,7 +268,8 @@ def main() -> int:
     precisions = listed(args.precision) or ["default"]
     config = {"models": models, "batch_sizes": batches, "compile": listed(args.compile), "precision": precisions, "seq_len": args.seq_len,
               "steps": args.steps, "num_workers": args.num_workers, "smoke": args.smoke, "attention": args.attention,
-              "profile_steps": args.profile_steps}  # fmt: skip
+              "profile_steps": args.profile_steps, "val_rows": args.val_rows, "command_options": args.command_options,
+              "inductor_env": inductor_env(env)}  # fmt: skip
     out = args.out or HERE / "out" / ("gpu_mfu_smoke.json" if args.smoke else "gpu_mfu.json")
     rows = []
     for m, b, c, p in ((m, b, c, p) for m in models for b in batches for c in compiles for p in precisions):
@@ -281,7 +302,7 @@ def summarize(rows: list[dict], config: dict, device: str, peak: float | None, t
     """Print the table, the kernels of profiled runs and FP8 against bf16; write ``out``; PASS or FAIL by the bounds."""
     print(f"\ndevice {device}, peak {peak} TFLOP/s bf16 dense, torch {torch_version}")
     print(f"{'model':<6} {'params':>7} {'batch':>5} {'compile':>8} {'precision':>10} {'attention':>9} {'MFU':>6} {'peak TFLOP/s':>12} "
-          f"{'tokens/s':>10} {'data wait':>9} {'memory GB':>9}")  # fmt: skip
+          f"{'tokens/s':>10} {'data wait':>9} {'memory GB':>9}  variant")  # fmt: skip
     for r in rows:
         if "error" in r:
             print(f"{r['model']:<6} {'':>7} {r['batch_size']:>5} {('on' if r['compiled'] else 'off'):>8} {r['asked_precision']:>10} "
@@ -293,7 +314,7 @@ def summarize(rows: list[dict], config: dict, device: str, peak: float | None, t
         print(f"{r['model']:<6} {r['parameters'] / 1e6:>6.0f}M {r['batch_size']:>5} {r['compile']:>8} {r['precision']:>10} "
               f"{attention:>9} {mfu:>6} "
               f"{peak_used:>12} {r['tokens_per_second']:>10.0f} {r['data_wait_share']:>9.3f} "
-              f"{r['peak_memory_bytes'] / 1e9:>9.1f}")  # fmt: skip
+              f"{r['peak_memory_bytes'] / 1e9:>9.1f}  {variant(r)}")  # fmt: skip
     for r in rows:
         kinds = r.get("kernels")
         if kinds:

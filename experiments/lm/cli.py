@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 
 from experiments.common import peak, profiling, speed
 from experiments.common.args import add_accelerator, non_negative, positive, resolve_device
@@ -67,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--activation-checkpointing", action="store_true", help="recompute each block's activations in the backward: larger batches fit"
     )
+    parser.add_argument(
+        "--bf16-residual",
+        action="store_true",
+        help="keep the residual stream in bf16, not float32 (Megatron-LM's default): fewer bytes a step; needs bf16-mixed or fp8",
+    )
     profiling.add_options(parser)
     speed.add_options(parser)
     speed.add_attention_option(parser)
@@ -103,6 +109,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     if args.precision == speed.FP8:
         problems += speed.fp8_problems(args.accelerator)
     problems += profiling.problems(args)
+    if args.bf16_residual and speed.trainer_precision(args.precision) != "bf16-mixed":
+        problems.append(f"--bf16-residual needs --precision bf16-mixed or fp8 (autocast to bf16); this run's is {args.precision}")
     if args.attention not in ("auto", "math") and args.accelerator != "gpu":
         problems.append(f"--attention {args.attention} needs a GPU; valid on CPU: auto, math")
     if problems:
@@ -145,6 +153,8 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
         parser.error(str(e))
     module = CausalLM(args.model, data.vocab_size, args.seq_len, args.lr, args.goldfish_k or None, args.goldfish_h)
     module.net.activation_checkpointing = args.activation_checkpointing
+    if args.bf16_residual:
+        module.net.residual_dtype = torch.bfloat16
     if args.precision == speed.FP8:
         speed.float8_in_place(module.net)
     speed.compile_in_place(module.net, args.compile_mode)
@@ -174,6 +184,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
             "goldfish_k": args.goldfish_k,
             "goldfish_h": args.goldfish_h,
             "activation_checkpointing": args.activation_checkpointing,
+            "residual": "bf16" if args.bf16_residual else "fp32",
             "attention": speed.attention_form(args.attention, args.accelerator),
         }
 

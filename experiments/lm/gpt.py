@@ -91,6 +91,14 @@ class GPT(nn.Module):
     computes its activations again in the backward pass, for a larger batch in the same
     memory at about a third more compute (not counted in :func:`flops_per_token`: MFU
     counts the model's FLOPs, not the recomputed ones). The results are the same.
+
+    ``residual_dtype``: the dtype the residual stream (the embeddings, then each block's
+    sum) is kept in; None keeps the embeddings' (float32: under autocast every block
+    adds its bf16 output into a float32 sum). bfloat16 halves the bytes that the fused
+    LayerNorm, residual and gradient kernels move, which are most of a step's time
+    outside the matmuls on an H100; it is Megatron-LM's default (its
+    ``--fp32-residual-connection`` is off unless asked for). Set it only under autocast:
+    the LayerNorms then still compute in float32 and the Linears take bf16 inputs.
     """
 
     def __init__(self, config: GPTConfig, vocab_size: int, seq_len: int):
@@ -101,6 +109,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_f = nn.LayerNorm(config.d_model)
         self.activation_checkpointing = False
+        self.residual_dtype: torch.dtype | None = None
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -121,6 +130,8 @@ class GPT(nn.Module):
         """Logits (batch, seq, vocab) for the next token at every position of ``tokens`` (batch, seq)."""
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.embed(tokens) + self.position(positions)
+        if self.residual_dtype is not None:
+            x = x.to(self.residual_dtype)
         for block in self.blocks:
             if self.activation_checkpointing and self.training:
                 x = checkpoint(block, x, use_reentrant=False)

@@ -246,6 +246,41 @@ def test_activation_checkpointing_recomputes_each_block_with_the_same_gradients(
     assert all(torch.equal(plain[name], checkpointed[name]) for name in plain)
 
 
+def test_a_bf16_residual_stream_keeps_float32_weights_and_the_same_loss_and_needs_autocast(in_process, capsys):
+    require_training()
+    import torch
+
+    from experiments.lm import gpt
+
+    def step(residual_dtype):
+        torch.manual_seed(0)
+        net = gpt.build("tiny", 64, 16)
+        net.residual_dtype = residual_dtype
+        seen = []
+        net.blocks[1].register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0].dtype))
+        tokens = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = net(tokens[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, 64), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        grads = {name: p.grad for name, p in net.named_parameters()}
+        return seen, loss.item(), grads, {p.dtype for p in net.parameters()}
+
+    (fp32_seen, fp32_loss, fp32_grads, _), (bf16_seen, bf16_loss, bf16_grads, dtypes) = step(None), step(torch.bfloat16)
+    assert (fp32_seen, bf16_seen, dtypes) == ([torch.float32], [torch.bfloat16], {torch.float32})
+    # One bf16 rounding of the sum per block: the same loss to bf16's precision, and gradients close to it.
+    assert bf16_loss == pytest.approx(fp32_loss, rel=1e-2)
+    for name, grad in fp32_grads.items():
+        assert torch.isfinite(bf16_grads[name]).all()
+        assert torch.nn.functional.cosine_similarity(grad.flatten(), bf16_grads[name].flatten(), dim=0) > 0.99, name
+
+    with pytest.raises(SystemExit) as exit:
+        parse(["--bf16-residual"])  # CPU: 32-true, no autocast
+    assert exit.value.code == 2
+    assert "--bf16-residual needs --precision bf16-mixed or fp8 (autocast to bf16); this run's is 32-true" in capsys.readouterr().err
+    assert parse(["--bf16-residual", "--precision", "bf16-mixed"]).bf16_residual
+
+
 # --- compiled runs: trained, checkpointed and resumed ----------------------------------------
 
 
@@ -283,7 +318,8 @@ def test_a_compiled_run_resumes_exactly_and_its_checkpoints_load_uncompiled(in_p
     lm.main([*argv, "--compile", "off", "--output", "switch"])
     # The eager run recomputes its activations (the results are the same; see above).
     lm.main([*argv, "--compile", "off", "--activation-checkpointing", "--output", "eager"])
-    assert json.loads((in_process / "eager/metrics.json").read_text())["activation_checkpointing"] is True
+    eager_metrics = json.loads((in_process / "eager/metrics.json").read_text())
+    assert (eager_metrics["activation_checkpointing"], eager_metrics["residual"]) == (True, "fp32")
     switched, eager = model_weights(in_process / "switch"), model_weights(in_process / "eager")
     assert json.loads((in_process / "switch/metrics.json").read_text())["compile"] == "off"
     curve = (in_process / "switch/dvclive/plots/metrics/train/loss.tsv").read_text().splitlines()
