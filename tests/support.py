@@ -345,6 +345,16 @@ def fabricate(root: Path) -> Path:
 # --- the command line ------------------------------------------------------------------------
 
 
+def venv_with(wheel: Path, venv: Path, system_site_packages: bool = False) -> Path:
+    """A venv at ``venv`` with ``wheel`` installed and nothing else of its own: made without pip
+    (ensurepip's copy costs seconds) and filled by this interpreter's pip (``--python``)."""
+    options = ["--system-site-packages"] if system_site_packages else []
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", *options, str(venv)], check=True, timeout=300)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-deps", str(wheel)]
+    subprocess.run(pip, check=True, timeout=300)
+    return venv
+
+
 def invoke(*args: str):
     """`orchestrator ARGS` in this process (click's test runner): its exit code, output and exception."""
     from click.testing import CliRunner

@@ -145,6 +145,7 @@ def _runs(
     from orchestrator.analysis.runs import METRICS_FILE, expected_runs, read_run
     from orchestrator.pipeline import stages as pipeline
 
+    pipeline.require_pipeline(root)
     ws = Workspace.open(root, cluster, runner)
     items = ws.items(targets)
     found, _ = pipeline.jobs(items)

@@ -77,10 +77,16 @@ class Job:
     spec: runargs.JobSpec
 
 
-def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
-    """Every stage of ``root/dvc.yaml``, resolved by DVC (matrix items expanded)."""
+def require_pipeline(root: Path) -> None:
+    """PipelineError unless ``root`` has a dvc.yaml: checked before anything slower (asking
+    Slurm which cluster this is can take seconds when its controller does not answer)."""
     if not (root / PIPELINE_FILE).is_file():
         raise PipelineError(f"no {PIPELINE_FILE} in {root}: run this from a DVC project (or pass --project)")
+
+
+def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
+    """Every stage of ``root/dvc.yaml``, resolved by DVC (matrix items expanded)."""
+    require_pipeline(root)
     from dvc.exceptions import DvcException
 
     try:

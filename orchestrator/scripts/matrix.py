@@ -59,6 +59,7 @@ class Rendered:
 
 def render_matrix(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), form: Form | None = None) -> Rendered:
     """Plan and render every orchestrated item; PlanError lists every problem found."""
+    stages.require_pipeline(root)
     ws = Workspace.open(root, cluster, runner, form)
     jobs, item_problems = stages.jobs(ws.items(targets))
     if not targets:  # every item of every stage: each stage's choice of devices is known (scripts.devices)

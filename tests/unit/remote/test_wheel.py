@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import yaml
-from support import ROOT
+from support import ROOT, venv_with
 
 from orchestrator import __version__
 
@@ -32,9 +32,7 @@ def test_a_wheel_in_a_clean_venv_carries_the_job_and_definition_templates(tmp_pa
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, timeout=600)
     (wheel,) = wheels.glob("*.whl")
     assert wheel.name.startswith(f"dvc_slurm_orchestrator-{__version__}-")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    subprocess.run([venv / "bin/python", "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    venv = venv_with(wheel, tmp_path / "venv")
     shipped = yaml.safe_load((ROOT / "containers/images.yaml").read_text())
     names = sorted({image["definition"] for image in shipped.values()})
     project = tmp_path / "project"  # a project of its own: no containers/ folder

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from fakes import FakeRunner, ok
 
 from orchestrator.config import params, profile
@@ -188,3 +189,15 @@ def test_an_example_account_that_exists_is_no_placeholder(tmp_path):
     testbed = profile.load("testbed")
     plans = [plan_for(tmp_path, cluster="testbed", image="none", account="project_465000858")]
     assert cluster_checks.check(plans, testbed, cluster_named("testbed")).warnings == ()
+
+
+def test_a_folder_without_dvc_yaml_is_told_so_before_slurm_is_asked_which_cluster_this_is(tmp_path):
+    from fakes import FakeRunner
+
+    from orchestrator.errors import PipelineError
+    from orchestrator.scripts import matrix
+
+    runner = FakeRunner()
+    with pytest.raises(PipelineError, match="no dvc.yaml in"):
+        matrix.render_matrix(tmp_path, None, runner)
+    assert runner.calls == []  # no `scontrol show config`: it can take seconds where the controller does not answer
