@@ -9,16 +9,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from experiments.classify import data, models
-from experiments.classify.module import TextClassifier
 from experiments.common import peak, profiling, speed
 from experiments.common.args import add_accelerator, positive, resolve_device
-from experiments.common.datawait import TimedLoader
-from experiments.common.run import Run, build_trainer
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -76,6 +76,11 @@ class _Repeated(Dataset):
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = ()) -> None:
     """``callbacks``: more Lightning callbacks, run before the run's own (the tests deliver the requeue signal with one)."""
     args = parse_args(argv)
+    # Lightning (~6 s of CPU to import) only once the arguments hold: a usage error answers at once.
+    from experiments.classify.module import TextClassifier
+    from experiments.common.datawait import TimedLoader
+    from experiments.common.run import Run, build_trainer
+
     run = Run(args, callbacks)
     dataset = data.load(args.dataset)
     module = TextClassifier(args.model, dataset.vocab_size, dataset.seq_len, dataset.num_classes, args.lr)

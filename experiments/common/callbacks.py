@@ -1,16 +1,21 @@
 """Lightning callbacks through which a run reports on itself: where its ranks run, how fast it steps,
-and the layout metrics every experiment writes."""
+the layout metrics every experiment writes, and the profiled window of steps.
+
+The experiments' command lines import none of this before their arguments are checked: a usage
+error answers before Lightning is imported."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
 
-from experiments.common import peak
+from experiments.common import metrics, peak, profiling
 
 
 def cluster_environment(trainer: pl.Trainer) -> str:
@@ -154,3 +159,73 @@ class StepTimer(pl.Callback):
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class ProfileWindow(pl.Callback):
+    """Profiles ``window`` (see :mod:`experiments.common.profiling`) and writes its summary into ``output / "profile"``;
+    no window, no profiling.
+
+    The profiler's schedule counts from the fit's first step, so a run resumed
+    past the window's warm-up step does not profile again (it says so).
+    """
+
+    def __init__(self, window: profiling.Window | None, output: Path, trace: bool = False):
+        self.window = window
+        self.folder = output / "profile"
+        self.trace = trace
+        self.result: profiling.Breakdown | None = None  # on global rank 0, once the window has closed
+        self._profiler: torch.profiler.profile | None = None
+        self._trainer: pl.Trainer | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.window is None:
+            return
+        wait = self.window.start - 1 - trainer.global_step
+        if wait < 0:
+            print(f"profile: resumed at step {trainer.global_step}, past the window {self.window}: not profiling", flush=True)
+            return
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if pl_module.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._trainer = trainer
+        self._profiler = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(wait=wait, warmup=1, active=self.window.count, repeat=1),
+            on_trace_ready=self._ready,
+            record_shapes=False,
+        )
+        self._profiler.start()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
+    ) -> None:
+        # A step here: each profiled step runs from one batch's end to the next, so it includes the next batch's fetch.
+        if self._profiler is not None:
+            self._profiler.step()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._profiler is not None:
+            self._profiler.stop()  # idle since the window closed, unless the run stopped early (then the partial window is written)
+            self._profiler = None
+
+    def _ready(self, prof: torch.profiler.profile) -> None:
+        assert self._trainer is not None  # set when the profiler starts (on_train_start)
+        rank = self._trainer.global_rank
+        if self.trace:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(self.folder / f"rank{rank}.pt.trace.json.gz"))
+        if rank != 0:
+            return
+        self.result = profiling.breakdown(profiling.events(prof))
+        summary = {"window": str(self.window), "device": self._trainer.strategy.root_device.type, "world_size": self._trainer.world_size}
+        metrics.write(self.folder / "breakdown.json", {**summary, **self.result.to_json()})
+        table = profiling.operators(prof, self.result.steps)
+        metrics.write(self.folder / "operators.json", {**summary, "steps": self.result.steps, "unit": "us per step", "operators": table})
+        print(
+            f"profile: steps {self.window} -> {self.folder}: " + json.dumps({k: round(v, 1) for k, v in self.result.metrics().items()}),
+            flush=True,
+        )
+
+    def metrics(self) -> dict:
+        """``{"profile": ...}`` for metrics.json once the window has closed, else nothing."""
+        return {"profile": self.result.metrics()} if self.result is not None else {}

@@ -23,16 +23,11 @@ window's end, inside the training loop): compare throughput on unprofiled runs.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-import pytorch_lightning as pl
 import torch
-
-from experiments.common import metrics
 
 # Highest priority first: an instant where a kernel runs on the device is kernel
 # time whatever the host does meanwhile (the TensorBoard plugin's ProfileRole order).
@@ -200,7 +195,7 @@ def breakdown(events: Iterable[Event]) -> Breakdown:
     return Breakdown(len(steps), {name: totals[rank[name]] / len(steps) / 1000 for name in CATEGORIES})
 
 
-def _events(prof: torch.profiler.profile) -> list[Event]:
+def events(prof: torch.profiler.profile) -> list[Event]:
     # A profile whose window has closed (on_trace_ready): its profiler and kineto results are there.
     assert prof.profiler is not None and prof.profiler.kineto_results is not None
     return [Event(e.name(), activity_kind(e), e.start_ns() / 1000, e.end_ns() / 1000) for e in prof.profiler.kineto_results.events()]
@@ -228,7 +223,7 @@ def activity_kind(event) -> str:
     return "cuda_runtime" if _RUNTIME_CALL.match(name) else "cpu_op"
 
 
-def _operators(prof: torch.profiler.profile, steps: int) -> dict[str, dict[str, float]]:
+def operators(prof: torch.profiler.profile, steps: int) -> dict[str, dict[str, float]]:
     """Per host operator (annotations such as ProfilerStep# left out), per profiled step; times in microseconds."""
     rows = {}
     for op in prof.key_averages():
@@ -241,72 +236,3 @@ def _operators(prof: torch.profiler.profile, steps: int) -> dict[str, dict[str, 
             "device_total_us": op.device_time_total / steps,
         }
     return dict(sorted(rows.items()))
-
-
-class ProfileWindow(pl.Callback):
-    """Profiles ``window`` (see the module docstring) and writes its summary into ``output / "profile"``; no window, no profiling.
-
-    The profiler's schedule counts from the fit's first step, so a run resumed
-    past the window's warm-up step does not profile again (it says so).
-    """
-
-    def __init__(self, window: Window | None, output: Path, trace: bool = False):
-        self.window = window
-        self.folder = output / "profile"
-        self.trace = trace
-        self.result: Breakdown | None = None  # on global rank 0, once the window has closed
-        self._profiler: torch.profiler.profile | None = None
-        self._trainer: pl.Trainer | None = None
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.window is None:
-            return
-        wait = self.window.start - 1 - trainer.global_step
-        if wait < 0:
-            print(f"profile: resumed at step {trainer.global_step}, past the window {self.window}: not profiling", flush=True)
-            return
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if pl_module.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._trainer = trainer
-        self._profiler = torch.profiler.profile(
-            activities=activities,
-            schedule=torch.profiler.schedule(wait=wait, warmup=1, active=self.window.count, repeat=1),
-            on_trace_ready=self._ready,
-            record_shapes=False,
-        )
-        self._profiler.start()
-
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: object, batch: object, batch_idx: int
-    ) -> None:
-        # A step here: each profiled step runs from one batch's end to the next, so it includes the next batch's fetch.
-        if self._profiler is not None:
-            self._profiler.step()
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._profiler is not None:
-            self._profiler.stop()  # idle since the window closed, unless the run stopped early (then the partial window is written)
-            self._profiler = None
-
-    def _ready(self, prof: torch.profiler.profile) -> None:
-        assert self._trainer is not None  # set when the profiler starts (on_train_start)
-        rank = self._trainer.global_rank
-        if self.trace:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            prof.export_chrome_trace(str(self.folder / f"rank{rank}.pt.trace.json.gz"))
-        if rank != 0:
-            return
-        self.result = breakdown(_events(prof))
-        summary = {"window": str(self.window), "device": self._trainer.strategy.root_device.type, "world_size": self._trainer.world_size}
-        metrics.write(self.folder / "breakdown.json", {**summary, **self.result.to_json()})
-        operators = {**summary, "steps": self.result.steps, "unit": "us per step", "operators": _operators(prof, self.result.steps)}
-        metrics.write(self.folder / "operators.json", operators)
-        print(
-            f"profile: steps {self.window} -> {self.folder}: " + json.dumps({k: round(v, 1) for k, v in self.result.metrics().items()}),
-            flush=True,
-        )
-
-    def metrics(self) -> dict:
-        """``{"profile": ...}`` for metrics.json once the window has closed, else nothing."""
-        return {"profile": self.result.metrics()} if self.result is not None else {}

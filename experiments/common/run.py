@@ -21,8 +21,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from experiments.common import metrics, peak, profiling, speed
-from experiments.common.callbacks import RankReport, StepTimer, job_resources, layout_metrics
+from experiments.common import metrics, peak, speed
+from experiments.common.callbacks import ProfileWindow, RankReport, StepTimer, job_resources, layout_metrics
 from experiments.common.datawait import DataWait
 from experiments.common.power import PowerMonitor
 from experiments.common.requeue import REQUEUE_EXIT, CheckpointOnSignal, checkpoint_path, resume_path, slurm_plugins
@@ -57,7 +57,7 @@ class Run:
         self.timer = StepTimer(warmup, untimed)
         self.wait = DataWait(warmup, untimed)
         self.power = PowerMonitor()  # GPU energy while fit runs (a sampling thread; nothing on CPU)
-        self.profiler = profiling.ProfileWindow(args.profile_steps, args.output, args.profile_trace)
+        self.profiler = ProfileWindow(args.profile_steps, args.output, args.profile_trace)
 
     @property
     def world_size(self) -> int:

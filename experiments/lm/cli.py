@@ -14,18 +14,17 @@ import argparse
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pytorch_lightning as pl
 import torch
 
 from experiments.common import peak, profiling, speed
 from experiments.common.args import add_accelerator, non_negative, positive, resolve_device
-from experiments.common.run import Run
-from experiments.common.run import build_trainer as common_trainer
 from experiments.lm import data as lm_data
 from experiments.lm import goldfish, gpt, tokenizer
-from experiments.lm.datamodule import LMDataModule
-from experiments.lm.module import CausalLM
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
 
 STRATEGIES = ("auto", "ddp", "fsdp")
 # Validation sequences after training: about half a million tokens at seq_len 128, enough for a
@@ -132,6 +131,8 @@ def _strategy(name: str, world_size: int):
 
 def build_trainer(args: argparse.Namespace, callbacks: Sequence[pl.Callback], logger) -> pl.Trainer:
     """The trainer of a run (``args`` from :func:`parse_args`): also the benchmark's, so that it measures what runs."""
+    from experiments.common.run import build_trainer as common_trainer
+
     return common_trainer(
         args,
         callbacks,
@@ -145,6 +146,11 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     """``callbacks``: more Lightning callbacks, run before the run's own (the tests deliver the requeue signal with one)."""
     parser = build_parser()
     args = parse_args(parser, argv)
+    # Lightning (~6 s of CPU to import) only once the arguments hold: a usage error answers at once.
+    from experiments.common.run import Run
+    from experiments.lm.datamodule import LMDataModule
+    from experiments.lm.module import CausalLM
+
     run = Run(args, callbacks)
     try:
         # Every process opens the corpus itself, before any process group; the first on a node prepares a raw source.

@@ -119,3 +119,19 @@ def test_a_signal_in_the_last_step_finishes_the_run(in_process, monkeypatch):
     assert json.loads((in_process / "out" / "metrics.json").read_text())["val_loss"] > 0
     assert not (in_process / "out" / "model" / "requeue.ckpt").exists() and not marker.exists()
     assert torch.load(in_process / "out" / "model" / "model.ckpt", map_location="cpu", weights_only=True)["global_step"] == 3
+
+
+@pytest.mark.parametrize("command", ["experiments.classify", "experiments.lm"])
+def test_a_usage_error_answers_before_lightning_is_imported(command, tmp_path):
+    """Lightning costs ~6 s of CPU to import: a mistyped option must not wait for it (nor a job spend it)."""
+    import subprocess
+    import sys
+
+    from support import ROOT
+
+    code = f"import runpy, sys\ntry:\n    runpy.run_module({command!r}, run_name='__main__')\nexcept SystemExit as e:\n"
+    code += "    print(e.code, 'pytorch_lightning' in sys.modules)"
+    argv = [sys.executable, "-c", code, "--model", "huge", "--output", str(tmp_path / "out")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
+    assert "invalid choice: 'huge'" in done.stderr and not (tmp_path / "out").exists()
