@@ -81,7 +81,7 @@ def listed(text: str) -> list[str]:
 
 def run_one(model: str, batch: int, compiled: bool, precision: str, args, env: dict, accelerator: str) -> dict:
     what = {"model": model, "batch_size": batch, "compiled": compiled, "asked_precision": precision, "asked_attention": args.attention,
-            "steps": args.steps, "asked_options": args.command_options}  # fmt: skip
+            "steps": args.steps, "asked_options": args.command_options, "inductor_env": inductor_env(env)}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="orch-gpu-mfu-") as td:
         output = Path(td) / "run"
         argv = [sys.executable, "-m", "experiments.lm", "--data", "pydoc-topics", "--model", model,
@@ -107,10 +107,10 @@ def run_one(model: str, batch: int, compiled: bool, precision: str, args, env: d
         done = subprocess.run(argv, cwd=td, env={**env, "ORCH_ACCELERATOR": accelerator}, capture_output=True, text=True)
         wall = time.monotonic() - started
         if done.returncode != 0:
-            return {**what, "wall_s": wall, "error": done.stderr[-3000:], "inductor_env": inductor_env(env)}
+            return {**what, "wall_s": wall, "error": done.stderr[-3000:]}
         metrics = json.loads((output / "metrics.json").read_text())
         extra = {"loss_curve": loss_curve(output / "dvclive"), "kernels": kernel_kinds(output / "profile", args.profile_steps)}
-    return {**what, "wall_s": wall, **{k: metrics.get(k) for k in FIELDS}, **extra, "inductor_env": inductor_env(env)}
+    return {**what, "wall_s": wall, **{k: metrics.get(k) for k in FIELDS}, **extra}
 
 
 def variant(row: dict) -> str:

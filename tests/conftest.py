@@ -33,6 +33,7 @@ from support import (  # noqa: E402
     require_root_and_apt,
     skip_or_fail,
     venv_with,
+    wheel_of_this_tree,
 )
 
 # DVC starts a usage-report daemon (another Python) after each command it runs; the tests run
@@ -148,14 +149,9 @@ def wheel_venv(tmp_path_factory) -> Path:
     clean venv that sees this interpreter's packages (DVC and the rest, as a login node with DVC has
     them): its folder, beside ``wheels/`` that holds the wheel. The orchestrator it runs is the wheel's
     copy, not this checkout."""
-    import sys
 
     where = tmp_path_factory.mktemp("wheel-venv")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(where / "wheels"), str(ROOT)], check=True, timeout=600
-    )
-    (wheel,) = (where / "wheels").glob("*.whl")
-    return venv_with(wheel, where / "venv", system_site_packages=True)
+    return venv_with(wheel_of_this_tree(where / "wheels"), where / "venv", system_site_packages=True)
 
 
 @pytest.fixture(scope="session")

@@ -345,6 +345,13 @@ def fabricate(root: Path) -> Path:
 # --- the command line ------------------------------------------------------------------------
 
 
+def wheel_of_this_tree(folder: Path) -> Path:
+    """This checkout built into a wheel in ``folder`` (pip's isolated build, as a user's would be)."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)], check=True, timeout=600)
+    (wheel,) = folder.glob("*.whl")
+    return wheel
+
+
 def venv_with(wheel: Path, venv: Path, system_site_packages: bool = False) -> Path:
     """A venv at ``venv`` with ``wheel`` installed and nothing else of its own: made without pip
     (ensurepip's copy costs seconds) and filled by this interpreter's pip (``--python``)."""

@@ -18,6 +18,9 @@ Every rank profiles, so that the ranks stay equally slow and none waits for a
 profiled one; only global rank 0 summarises and writes (the traces are per rank).
 The profiled steps are slower than the others (and the summary is computed at the
 window's end, inside the training loop): compare throughput on unprofiled runs.
+The Lightning callback that runs the window is
+:class:`experiments.common.callbacks.ProfileWindow`; this module imports no Lightning, so the
+commands check their options before they import it.
 """
 
 from __future__ import annotations

@@ -5,11 +5,10 @@ definition templates, and a project without containers/ finds every definition t
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 import yaml
-from support import ROOT, venv_with
+from support import ROOT, venv_with, wheel_of_this_tree
 
 from orchestrator import __version__
 
@@ -28,9 +27,7 @@ assert (images.PACKAGE_DIR / "_templates" / "sbatch.sh.j2").is_file()
 
 
 def test_a_wheel_in_a_clean_venv_carries_the_job_and_definition_templates(tmp_path):
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, timeout=600)
-    (wheel,) = wheels.glob("*.whl")
+    wheel = wheel_of_this_tree(tmp_path / "wheels")
     assert wheel.name.startswith(f"dvc_slurm_orchestrator-{__version__}-")
     venv = venv_with(wheel, tmp_path / "venv")
     shipped = yaml.safe_load((ROOT / "containers/images.yaml").read_text())

@@ -192,8 +192,6 @@ def test_an_example_account_that_exists_is_no_placeholder(tmp_path):
 
 
 def test_a_folder_without_dvc_yaml_is_told_so_before_slurm_is_asked_which_cluster_this_is(tmp_path):
-    from fakes import FakeRunner
-
     from orchestrator.errors import PipelineError
     from orchestrator.scripts import matrix
 
