@@ -237,6 +237,12 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny model, CPU, 8 steps: checks the script only")
     ap.add_argument("--report", type=Path, nargs="+", metavar="JSON", help="run nothing: judge the rows of these earlier outputs together")
     args = ap.parse_args()
+    if args.val_rows is not None and args.val_rows < 0:
+        ap.error(f"--val-rows {args.val_rows}: give 0 (all of the split) or more")
+    try:
+        shlex.split(args.command_options or "")
+    except ValueError as exc:
+        ap.error(f"--command-options {args.command_options!r}: {exc} (quote as a shell would)")
     if args.report:
         return report(args)
 
