@@ -315,18 +315,17 @@ class ManualClock:
 # --- stand-ins for DVC, Lightning and `datasets` objects -------------------------------------------
 
 
-class FakeRepo:
-    """What Fingerprinter asks DVC: an item's wdir and its deps (path and hash)."""
+class FakeStages:
+    """What Fingerprinter asks DVC (fingerprint.DvcStages): an item's wdir and its deps (path and hash)."""
 
     def __init__(self, root: Path, deps: dict[str, list[str]]) -> None:
+        self.root, self.deps = root, deps
         self.collected: list[str] = []
 
-        def collect(name):
-            self.collected.append(name)
-            found = [SimpleNamespace(def_path=d, get_hash=lambda d=d: f"md5:{d}") for d in deps[name]]
-            return (SimpleNamespace(wdir=str(root), deps=found),)
-
-        self.stage = SimpleNamespace(collect=collect)
+    def __call__(self, name: str):
+        self.collected.append(name)
+        found = [SimpleNamespace(def_path=d, get_hash=lambda d=d: f"md5:{d}") for d in self.deps[name]]
+        return SimpleNamespace(wdir=str(self.root), deps=found)
 
 
 class FakeStrategy:

@@ -96,7 +96,7 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
                     "stale stages that do not run through the orchestrator feed the items to submit",
                     [f"{name}: run `dvc repro {name}` first" for name in stale_plain],
                 )
-            fps = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root), every_stage=True)
+            fps = fingerprint.Fingerprinter(root, fingerprint.DvcStages(repo, every_stage=True), ws.script_of, fingerprint.producers(root))
             prints = {name: fps.of(name) for name in order}
             outs, deps = {}, {}
             for name in order:

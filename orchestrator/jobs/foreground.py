@@ -230,7 +230,8 @@ def _identity(
 
     try:
         with Repo(str(ctx.root)) as repo:
-            (stage,) = repo.stage.collect(ctx.item)
+            stage_of = fingerprint.DvcStages(repo)  # this item and its ancestors, from one reading of dvc.yaml
+            stage = stage_of(ctx.item)
             removable = [o.def_path for o in stage.outs if not o.persist]
             if removable:
                 raise PlanError(f"cannot run {ctx.item}", [stages.persist_problem(removable)])
@@ -240,7 +241,7 @@ def _identity(
             def script_of(name: str) -> str:
                 return normalise(text if name == ctx.item else ws.script_of(name))
 
-            return fingerprint.Fingerprinter(ctx.root, repo, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
+            return fingerprint.Fingerprinter(ctx.root, stage_of, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
     except DvcException as exc:
         raise PipelineError(f"DVC cannot read stage {ctx.item!r}", stages.dvc_problems(exc)) from exc
 

@@ -49,7 +49,7 @@ def start(root: Path, ws: Workspace, item: str, runner: Runner, form: str, say: 
         names = siblings(repo, ws, item)
         if len(names) < 2:
             return  # alone: nothing to gain
-        fps = fingerprint.Fingerprinter(root, repo, ws.script_of, fingerprint.producers(root), every_stage=True)
+        fps = fingerprint.Fingerprinter(root, fingerprint.DvcStages(repo, every_stage=True), ws.script_of, fingerprint.producers(root))
         prints = {name: fps.of(name) for name in names}
         outs = {name: _outs(fps.stage(name), root) for name in names}
     if form == "sbatch":

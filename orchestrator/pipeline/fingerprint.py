@@ -15,6 +15,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import PipelineError
 from orchestrator.pipeline import stages
@@ -55,28 +56,48 @@ def producers_of(path: str, outputs: dict[str, str]) -> list[str]:
     return sorted({item for out, item in outputs.items() if out == path or path.startswith(out + "/") or out.startswith(path + "/")})
 
 
+class DvcStages:
+    """DVC's stages by name (``stages("lm@tiny")``), as ``repo.stage.collect`` finds them.
+
+    Each dvc.yaml is read once, with its lock and params, and only the stages asked for are
+    resolved: one item inside `dvc repro` asks for itself and its orchestrated ancestors, and
+    `collect` re-reads the whole pipeline per call (five times for an LM item, most of
+    `orchestrator run`'s own CPU; for every item of a 1,000-item matrix, quadratic).
+    ``every_stage``: DVC's index of the whole project instead, for callers that have built it
+    already (``repo.status``) or need every item anyway.
+    """
+
+    def __init__(self, repo, every_stage: bool = False) -> None:
+        self.repo = repo
+        self._stages = {s.addressing: s for s in repo.index.stages} if every_stage else {}
+        self._files: dict[str, Any] = {}  # a dvc.yaml's path -> DVC's loader of its stages
+
+    def __call__(self, name: str):
+        if name not in self._stages:
+            from dvc.dvcfile import load_file
+            from dvc.utils import parse_target
+
+            path, key = parse_target(name)
+            file = self.repo.fs.abspath(path) if path else stages.PIPELINE_FILE  # as collect: a bare name is the project's
+            if file not in self._files:
+                self._files[file] = load_file(self.repo, file).stages
+            self._stages[name] = self._files[file][key]
+        return self._stages[name]
+
+
 class Fingerprinter:
     """Fingerprints of items, computed through their orchestrated ancestors (memoised).
 
-    ``script_of(name)`` renders an item's script; DVC supplies each item's
-    dependencies and their hashes.
+    ``script_of(name)`` renders an item's script; ``stage(name)`` is DVC's stage
+    (:class:`DvcStages`), which supplies each item's dependencies and their hashes.
     """
 
-    def __init__(self, root: Path, repo, script_of: Callable[[str], str], outputs: dict[str, str], every_stage: bool = False) -> None:
+    def __init__(self, root: Path, stage: Callable[[str], Any], script_of: Callable[[str], str], outputs: dict[str, str]) -> None:
         self.root = root
-        self.repo = repo
+        self.stage = stage
         self.script_of = script_of
         self.outputs = outputs
         self._memo: dict[str, str] = {}
-        # Many items: DVC's stages once, by name. `repo.stage.collect` reads dvc.yaml and
-        # params.yaml again per call, which made fingerprinting 1,000 items quadratic.
-        self._stages = {s.addressing: s for s in repo.index.stages} if every_stage else {}
-
-    def stage(self, name: str):
-        if name in self._stages:
-            return self._stages[name]
-        (stage,) = self.repo.stage.collect(name)
-        return stage
 
     def of(self, name: str, _chain: tuple[str, ...] = ()) -> str:
         if name in self._memo:

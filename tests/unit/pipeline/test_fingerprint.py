@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import FakeRepo
+from fakes import FakeStages
 from support import make_project
 
 from orchestrator.errors import PipelineError
@@ -45,7 +45,8 @@ def prints(root: Path, scripts: dict[str, str] | None = None) -> dict[str, str]:
 
     scripts = scripts or {}
     with Repo(str(root)) as repo:
-        fps = fingerprint.Fingerprinter(root, repo, lambda name: scripts.get(name, f"script of {name}"), fingerprint.producers(root))
+        stage = fingerprint.DvcStages(repo)
+        fps = fingerprint.Fingerprinter(root, stage, lambda name: scripts.get(name, f"script of {name}"), fingerprint.producers(root))
         return {name: fps.of(name) for name in ("prep", "train", "solo")}
 
 
@@ -146,17 +147,42 @@ def test_an_upstream_output_counts_by_its_producers_fingerprint_not_its_content(
 
 
 def test_a_dependency_cycle_is_an_error_naming_it(tmp_path):
-    repo = FakeRepo(tmp_path, {"a": ["b-out"], "b": ["a-out"]})
-    fps = fingerprint.Fingerprinter(tmp_path, repo, lambda name: name, {"a-out": "a", "b-out": "b"})
+    fps = fingerprint.Fingerprinter(tmp_path, FakeStages(tmp_path, {"a": ["b-out"], "b": ["a-out"]}), lambda name: name, {"a-out": "a", "b-out": "b"})
     with pytest.raises(PipelineError, match="dependency cycle through a -> b -> a"):
         fps.of("a")
 
 
 def test_each_item_is_fingerprinted_once(tmp_path):
-    repo = FakeRepo(tmp_path, {"a": ["src"], "b": ["a-out"], "c": ["a-out", "b-out"]})
-    fps = fingerprint.Fingerprinter(tmp_path, repo, lambda name: name, {"a-out": "a", "b-out": "b", "c-out": "c"})
+    stages = FakeStages(tmp_path, {"a": ["src"], "b": ["a-out"], "c": ["a-out", "b-out"]})
+    fps = fingerprint.Fingerprinter(tmp_path, stages, lambda name: name, {"a-out": "a", "b-out": "b", "c-out": "c"})
     c = fps.of("c")
-    assert sorted(repo.collected) == ["a", "b", "c"]
+    assert sorted(stages.collected) == ["a", "b", "c"]
     assert fps.of("c") == c and fps.of("a") == fingerprint.digest("a", [("src", "md5:src")])
-    assert sorted(repo.collected) == ["a", "b", "c"]
+    assert sorted(stages.collected) == ["a", "b", "c"]
     assert fps.of("b") == fingerprint.digest("b", [("a-out", "item:" + fps.of("a"))])
+
+
+# --- DVC's stages ------------------------------------------------------------------------------
+
+
+def test_dvc_stages_are_collect_s_from_one_reading_of_dvc_yaml(root, monkeypatch):
+    """An item and its ancestors from one reading of dvc.yaml (each `collect` reads it, its lock and
+    params.yaml again), the same stages `collect` finds; a name DVC does not know is DVC's error."""
+    import dvc.dvcfile
+    from dvc.repo import Repo
+    from dvc.stage.exceptions import StageNotFound
+
+    with Repo(str(root)) as repo:
+        expected = {name: repo.stage.collect(name)[0] for name in ("prep", "train", "dvc.yaml:solo")}
+        reads = []
+        load_file = dvc.dvcfile.load_file
+        monkeypatch.setattr(dvc.dvcfile, "load_file", lambda *a, **k: reads.append(a[1]) or load_file(*a, **k))
+        stage = fingerprint.DvcStages(repo)
+        for name, collected in expected.items():
+            found = stage(name)
+            assert (found.addressing, found.cmd, [d.def_path for d in found.deps]) == (collected.addressing, collected.cmd, [d.def_path for d in collected.deps])
+        assert stage("train") is stage("train")
+        with pytest.raises(StageNotFound):
+            stage("nothing")
+    # The bare names are the project's dvc.yaml; a path names its file, read once more.
+    assert reads == ["dvc.yaml", str(root / "dvc.yaml")]
