@@ -62,7 +62,9 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
             # for every item of a 1,000-item matrix re-read dvc.yaml a thousand times.
             names = {s.addressing for s in chosen}
             stale = {n for n in repo.status(targets=list(targets) or None) if n in names} if chosen else set()
-            prints = fingerprint.Fingerprinter(root, fingerprint.DvcStages(repo, every_stage=True), ws.script_of, fingerprint.producers(root))
+            prints = fingerprint.Fingerprinter(
+                root, fingerprint.DvcStages(repo, every_stage=True), ws.script_of, fingerprint.producers(root)
+            )
             latest = {}
             for stage in chosen:
                 if stage.addressing not in stale:
