@@ -266,7 +266,9 @@ def wait(
     is reported at once with what to do; after ``stuck_timeout_s`` of that, JobFailed
     (the job stays queued: a later run follows it once it is released).
     """
-    poller = poll.Poller(polling.backoff, clock=clock)
+    # The waits between looks on the clock, cut short where the backend hears of the job's end.
+    waits = Clock(clock.now, lambda seconds: backend.pause(job_id, seconds, clock.sleep))
+    poller = poll.Poller(polling.backoff, clock=waits)
     last: tuple | None = (info.state, info.reason) if info else None
     last_line = clock.now()
     stuck_since: float | None = None
