@@ -1,8 +1,25 @@
-"""Environments for the tests' real training runs (tests/integration/local/test_*_runs.py)."""
+"""The tests' real training runs (tests/integration/local/test_*_runs.py): their environment, and
+what the LM runs they share are (integration/local/conftest.py's lm_runs)."""
 
 from __future__ import annotations
 
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
 from support import training_environment
+
+# The shared LM runs: their steps, profiled window (steps 2 to 3), and the xdist group of the
+# modules that read them (one worker makes them once for all).
+LM_STEPS = 6
+PROFILE_WINDOW = "2:3"
+LM_RUNS_GROUP = "lm-runs"
+
+
+@dataclass(frozen=True)
+class LmRun:
+    output: Path
+    process: subprocess.CompletedProcess
 
 
 def shared_cores_environment(*also: str) -> dict[str, str]:

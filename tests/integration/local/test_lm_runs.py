@@ -1,17 +1,14 @@
-"""Real runs of `python -m experiments.lm`, as the pipeline starts them: one process and two DDP
-processes of the same global batch."""
+"""Real runs of `python -m experiments.lm`, as the pipeline starts them (conftest.lm_runs): one
+process, and two DDP processes of the same global batch."""
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from support import LM_SHORT, model_weights, require_training
-from trained import shared_cores_environment
+from support import model_weights
+from trained import LM_RUNS_GROUP, LM_STEPS, LmRun, shared_cores_environment
 
 REQUIRED_METRICS = {
     "train_loss",
@@ -34,49 +31,21 @@ REQUIRED_METRICS = {
     "data_fingerprint",
 }
 
-MAX_STEPS = 6
+# The runs are shared with test_profiling_runs.py: "large" is one process of global batch 8, "ddp" two
+# of the same global batch.
+pytestmark = pytest.mark.xdist_group(LM_RUNS_GROUP)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
-    """One process and two DDP processes with the same global batch, at once, each in its own folder."""
-    require_training()
-    base = tmp_path_factory.mktemp("lm")
-    plans = {"single": (1, {}), "ddp": (2, {"ORCH_PEAK_TFLOPS": "0.05"})}
-    started = {}
-    for name, (devices, env) in plans.items():
-        cwd = base / name
-        cwd.mkdir()
-        output = cwd / "results" / "out"
-        argv = [sys.executable, "-m", "experiments.lm", *LM_SHORT, "--devices", str(devices), "--global-batch-size", "8"]
-        argv += ["--max-steps", str(MAX_STEPS), "--seed", "5", "--goldfish-k", "0", "--output", str(output)]
-        process = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env={**shared_cores_environment("ORCH_PEAK_TFLOPS"), **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started[name] = (process, output)
-    done = {}
-    for name, (process, output) in started.items():
-        stdout, stderr = process.communicate(timeout=300)
-        done[name] = (output, subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
-    return done
-
-
-def _metrics(run) -> dict:
-    output, process = run
-    assert process.returncode == 0, process.stderr[-4000:]
-    return json.loads((output / "metrics.json").read_text())
+def _metrics(run: LmRun) -> dict:
+    assert run.process.returncode == 0, run.process.stderr[-4000:]
+    return json.loads((run.output / "metrics.json").read_text())
 
 
 @pytest.mark.slow
-def test_single_process_run_writes_the_metrics(runs):
-    metrics = _metrics(runs["single"])
+def test_single_process_run_writes_the_metrics(lm_runs):
+    metrics = _metrics(lm_runs["large"])
     assert REQUIRED_METRICS <= metrics.keys()
-    assert (metrics["world_size"], metrics["devices"], metrics["global_batch_size"], metrics["max_steps"]) == (1, 1, 8, MAX_STEPS)
+    assert (metrics["world_size"], metrics["devices"], metrics["global_batch_size"], metrics["max_steps"]) == (1, 1, 8, LM_STEPS)
     assert all(math.isfinite(metrics[k]) and metrics[k] > 0 for k in ("train_loss", "val_loss", "tokens_per_second", "mean_step_time_s"))
     assert metrics["val_perplexity"] == pytest.approx(math.exp(metrics["val_loss"]))
     assert metrics["tokens_per_second_per_device"] == metrics["tokens_per_second"]
@@ -86,22 +55,22 @@ def test_single_process_run_writes_the_metrics(runs):
         assert metrics["mfu_peak_source"].startswith("none: ")
     else:
         assert 0 < metrics["mfu"] < 1 and metrics["mfu_peak_source"].startswith("estimate: ")
-    output, process = runs["single"]
-    assert sorted(p.name for p in output.iterdir()) == ["dvclive", "metrics.json", "model"]
+    output = lm_runs["large"].output
+    assert sorted(p.name for p in output.iterdir()) == ["dvclive", "metrics.json", "model", "profile"]  # profile: it was asked for
     assert (output / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv").is_file()
-    assert "rank 0/1 env=LightningEnvironment" in process.stdout
+    assert "rank 0/1 env=LightningEnvironment" in lm_runs["large"].process.stdout
 
 
 @pytest.mark.slow
-def test_two_ddp_processes_match_one_process_of_the_same_global_batch(runs):
+def test_two_ddp_processes_match_one_process_of_the_same_global_batch(lm_runs):
     import torch
 
-    single, ddp = _metrics(runs["single"]), _metrics(runs["ddp"])
+    single, ddp = _metrics(lm_runs["large"]), _metrics(lm_runs["ddp"])
     assert (ddp["world_size"], ddp["batch_size"], ddp["global_batch_size"]) == (2, 4, 8)
     assert ddp["data_fingerprint"] == single["data_fingerprint"]
     assert ddp["mfu_peak_source"] == "ORCH_PEAK_TFLOPS=0.05 per device x 2 devices"
     assert ddp["mfu"] == pytest.approx(ddp["model_tflops_per_device"] / 0.05)
-    one, two = model_weights(runs["single"][0]), model_weights(runs["ddp"][0])
+    one, two = model_weights(lm_runs["large"].output), model_weights(lm_runs["ddp"].output)
     # The same batches, averaged over two ranks instead of one: equal up to rounding.
     assert all(torch.allclose(one[name], two[name], atol=1e-4) for name in one)
     # Close, not equal: to give both ranks as many batches, the validation repeats a row when the count is odd.

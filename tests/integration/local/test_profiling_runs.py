@@ -1,47 +1,26 @@
-"""Profiled real runs of `python -m experiments.lm` (experiments/common/profiling.py): one process,
-twice the batch with a trace, two DDP processes over gloo; and `orchestrator profile-diff` of two of them."""
+"""Profiled real runs of `python -m experiments.lm` (experiments/common/profiling.py; conftest.lm_runs):
+one process, twice the batch with a trace, two DDP processes over gloo; and `orchestrator profile-diff`
+of two of them."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support import LM_SHORT, PROFILE_CATEGORIES, invoke, require_training
-from trained import shared_cores_environment
+from support import PROFILE_CATEGORIES, invoke
+from trained import LM_RUNS_GROUP, PROFILE_WINDOW, LmRun
 
-MAX_STEPS = 6
-WINDOW = "2:3"
+# The runs are shared with test_lm_runs.py (conftest.lm_runs).
+pytestmark = pytest.mark.xdist_group(LM_RUNS_GROUP)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    """Three profiled runs at once: one process, the same with twice the batch and a trace, and two DDP processes over gloo."""
-    require_training()
-    base = tmp_path_factory.mktemp("profiling")
-    plans = {
-        "small": ["--batch-size", "4"],
-        "large": ["--batch-size", "8", "--profile-trace"],
-        "ddp": ["--devices", "2", "--global-batch-size", "8"],
-    }
-    started = {}
-    for name, extra in plans.items():
-        cwd = base / name
-        cwd.mkdir()
-        argv = [sys.executable, "-m", "experiments.lm", *LM_SHORT, "--max-steps", str(MAX_STEPS), "--seed", "5", "--tokenizer", "bytes"]
-        argv += ["--profile-steps", WINDOW, "--output", str(cwd / "out"), *extra]
-        started[name] = subprocess.Popen(
-            argv, cwd=cwd, env=shared_cores_environment("ORCH_PEAK_TFLOPS"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    done = {}
-    for name, process in started.items():
-        _, stderr = process.communicate(timeout=600)
-        assert process.returncode == 0, f"{name}: {stderr[-4000:]}"
-        assert "terminate called" not in stderr, f"{name}: {stderr[-4000:]}"
-        done[name] = base / name / "out"
-    return done
+def _profiled(runs: dict[str, LmRun], name: str) -> Path:
+    """The output of run ``name``, which ended well."""
+    process = runs[name].process
+    assert process.returncode == 0, f"{name}: {process.stderr[-4000:]}"
+    assert "terminate called" not in process.stderr, f"{name}: {process.stderr[-4000:]}"
+    return runs[name].output
 
 
 def _json(path: Path) -> dict:
@@ -50,10 +29,10 @@ def _json(path: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["small", "large", "ddp"])
-def test_a_profiled_run_writes_its_breakdown_operators_and_metrics(runs, name):
-    output = runs[name]
+def test_a_profiled_run_writes_its_breakdown_operators_and_metrics(lm_runs, name):
+    output = _profiled(lm_runs, name)
     breakdown = _json(output / "profile" / "breakdown.json")
-    assert (breakdown["steps"], breakdown["window"], breakdown["device"]) == (3, WINDOW, "cpu")
+    assert (breakdown["steps"], breakdown["window"], breakdown["device"]) == (3, PROFILE_WINDOW, "cpu")
     assert sorted(breakdown["categories"]) == sorted(PROFILE_CATEGORIES)
     shares = {c: v["share"] for c, v in breakdown["categories"].items()}
     assert sum(shares.values()) == pytest.approx(1.0)
@@ -79,19 +58,20 @@ def test_a_profiled_run_writes_its_breakdown_operators_and_metrics(runs, name):
 
 
 @pytest.mark.slow
-def test_ddp_over_gloo_shows_communication(runs):
-    breakdown = _json(runs["ddp"] / "profile" / "breakdown.json")
+def test_ddp_over_gloo_shows_communication(lm_runs):
+    breakdown = _json(_profiled(lm_runs, "ddp") / "profile" / "breakdown.json")
     assert breakdown["world_size"] == 2
     assert breakdown["categories"]["communication"]["share"] > 0
-    assert _json(runs["small"] / "profile" / "breakdown.json")["categories"]["communication"]["share"] == 0
-    ops = _json(runs["ddp"] / "profile" / "operators.json")["operators"]
+    assert _json(_profiled(lm_runs, "small") / "profile" / "breakdown.json")["categories"]["communication"]["share"] == 0
+    ops = _json(lm_runs["ddp"].output / "profile" / "operators.json")["operators"]
     assert ops["c10d::allreduce_"]["calls"] >= 1
 
 
 @pytest.mark.slow
-def test_profile_diff_of_two_real_runs(runs):
+def test_profile_diff_of_two_real_runs(lm_runs):
     from orchestrator.analysis import opdiff
 
+    runs = {name: _profiled(lm_runs, name) for name in ("small", "large", "ddp")}
     small, large = opdiff.load(runs["small"]), opdiff.load(runs["large"] / "profile" / "operators.json")
     comparison = opdiff.compare(small, large, top=5)
     assert len(comparison.rows) == 5 and comparison.operators >= len(small.operators)
