@@ -7,7 +7,8 @@ testbed's tests share the cluster. conftest.py's hooks call these.
   that bring a real component up, used directly or through another fixture.
 - **Groups.** The tests of one daemon run one after another on one worker: Apptainer's, sshd's,
   and the testbed's in three groups (TESTBED_GROUPS), since they mostly wait for Slurm. A module
-  with a module fixture is a group too, so the fixture is set up once.
+  with a module fixture is a group too, so the fixture is set up once; modules that share a
+  session fixture name one group themselves (xdist_group: the LM runs, trained.LM_RUNS_GROUP).
 - **Order.** The longest chains are handed out first: a chain started last keeps one worker busy
   while the others have finished.
 - **Priority.** A test that needs no daemon runs at a lower CPU priority (nice 5: a third of the
