@@ -118,13 +118,9 @@ def scripts_folder(out: Path) -> Iterator[Path]:
     already there, scripts written before the failure stay: each is whole, and is the
     current text of its item.)
     """
-    missing = []
-    for folder in (out, *out.parents):
-        if os.path.lexists(folder):
-            break
-        missing.append(folder)
+    missing = files.missing_folders(out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        files.make_dirs(out)
         fd, probe = tempfile.mkstemp(prefix=".orchestrator-probe.", suffix=".tmp", dir=out)
         os.close(fd)
         os.unlink(probe)
@@ -154,7 +150,7 @@ def write(rendered: Rendered, out: Path, replace_all: bool) -> None:
     Unchanged scripts are not rewritten (a re-render of a big matrix then costs
     reads, not writes).
     """
-    out.mkdir(parents=True, exist_ok=True)
+    files.make_dirs(out)
     for fname, text in rendered.scripts.items():  # one text at a time
         write_script(out / fname, text)
     if replace_all:

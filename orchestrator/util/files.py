@@ -24,6 +24,25 @@ from orchestrator.errors import UnreadableFile
 _CHUNK = 1 << 20
 
 
+def missing_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist (nothing at all there), deepest first."""
+    missing = []
+    for folder in (path, *path.parents):
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    return missing
+
+
+def make_dirs(path: Path) -> None:
+    """``mkdir -p``: ``path`` and its missing parents, one level at a time. pathlib's
+    ``mkdir(parents=True)`` recurses once per missing level, so a path a user gave (``--out``)
+    a thousand folders deep was a RecursionError instead of the OSError a bad path is."""
+    for folder in reversed(missing_folders(path)):
+        folder.mkdir(exist_ok=True)
+    path.mkdir(exist_ok=True)  # there already: FileExistsError where it is not a folder
+
+
 def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644, durable: bool = False) -> None:
     """Replace ``path`` with ``data`` in one rename.
 
@@ -31,7 +50,7 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644, durable: b
     ``durable`` also fsyncs before the rename: for state that must survive a
     crash right after it was written (the ledger, after ``sbatch``).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

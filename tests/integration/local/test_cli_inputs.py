@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 from support import ACCOUNT, make_project
 from support import examples as scaled
@@ -94,15 +94,21 @@ def under(base: Path, name: str) -> Path:
 
 
 def snapshot() -> dict[str, tuple]:
-    """Everything under the sandbox: folders by name, files by size and modification time."""
+    """Everything under the sandbox: folders by name, files by size and modification time.
+    Walked with a stack of its own: os.walk recurses once per level (Python 3.11), and an --out
+    may be thousands of folders deep."""
     found: dict[str, tuple] = {}
-    for folder, dirs, files in os.walk(SANDBOX):
-        for name in dirs:
-            found[os.path.join(folder, name)] = ("dir",)
-        for name in files:
-            path = os.path.join(folder, name)
-            st_ = os.lstat(path)
-            found[path] = ("file", st_.st_size, st_.st_mtime_ns)
+    folders = [str(SANDBOX)]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    found[entry.path] = ("dir",)
+                    if not entry.is_symlink():
+                        folders.append(entry.path)
+                else:
+                    st_ = entry.stat(follow_symlinks=False)
+                    found[entry.path] = ("file", st_.st_size, st_.st_mtime_ns)
     return found
 
 
@@ -204,6 +210,7 @@ def test_project_paths(kind, name, elsewhere, command):
 
 @fuzz(60)
 @given(kind=st.sampled_from(["under", "elsewhere"]), name=text, elsewhere=st.sampled_from(ELSEWHERE))
+@example(kind="under", name="a/" * 1996, elsewhere=ELSEWHERE[0])  # ~2,000 folders deep (pathlib's mkdir recursed per level)
 def test_out_paths(kind, name, elsewhere):
     write_params()
     out = under(OUTS, name) if kind == "under" else Path(elsewhere) / "scripts"
