@@ -117,13 +117,14 @@ ALLOWED = [PROJECT / ".orchestrator", PROJECT / ".dvc" / "tmp"]
 
 def changed(before: dict, after: dict, out: Path | None) -> list[str]:
     """What changed outside the project's own folders, ``out`` and the folders made on the way to it."""
-    allowed = [*ALLOWED, *([out] if out else [])]
-    on_the_way = set(out.parents) if out else set()
+    # As text: a path thousands of folders deep has thousands of parents to compare.
+    allowed = [str(a) for a in (*ALLOWED, *([out] if out else []))]
+    on_the_way = {str(p) for p in out.parents} if out else set()
     paths = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
     return sorted(
         p
         for p in paths
-        if not any(Path(p) == a or a in Path(p).parents for a in allowed) and not (Path(p) in on_the_way and after.get(p) == ("dir",))
+        if not any(p == a or p.startswith(a + os.sep) for a in allowed) and not (p in on_the_way and after.get(p) == ("dir",))
     )
 
 

@@ -11,11 +11,18 @@ from orchestrator.util import files
 
 
 def test_a_path_deeper_than_the_recursion_limit_is_made(tmp_path):
-    deep = tmp_path.joinpath(*["a"] * (sys.getrecursionlimit() + 500))
-    assert files.missing_folders(deep)[-1] == tmp_path / "a" and len(files.missing_folders(deep)) == sys.getrecursionlimit() + 500
-    files.make_dirs(deep)
-    assert deep.is_dir() and files.missing_folders(deep) == []
-    files.make_dirs(deep)  # there already: nothing to do
+    levels = sys.getrecursionlimit() + 500
+    deep = tmp_path.joinpath(*["a"] * levels)
+    missing = files.missing_folders(deep)
+    assert missing[-1] == tmp_path / "a" and len(missing) == levels
+    try:
+        files.make_dirs(deep)
+        assert deep.is_dir() and files.missing_folders(deep) == []
+        files.make_dirs(deep)  # there already: nothing to do
+    finally:
+        for folder in missing:  # deepest first: pytest's own clean-up (shutil.rmtree) recurses per level
+            if folder.is_dir():
+                folder.rmdir()
 
 
 def test_a_file_in_the_way_is_an_os_error(tmp_path):
