@@ -21,6 +21,13 @@ class LmRun:
     output: Path
     process: subprocess.CompletedProcess
 
+    def ended_well(self) -> Path:
+        """The run's output, once its process is known to have ended well: exit 0, and no C++
+        runtime abort on its stderr."""
+        assert self.process.returncode == 0, f"{self.output}: {self.process.stderr[-4000:]}"
+        assert "terminate called" not in self.process.stderr, f"{self.output}: {self.process.stderr[-4000:]}"
+        return self.output
+
 
 def shared_cores_environment(*also: str) -> dict[str, str]:
     """:func:`support.training_environment` with one OpenMP thread a process, as `orchestrator run` gives tasks

@@ -9,18 +9,10 @@ from pathlib import Path
 
 import pytest
 from support import PROFILE_CATEGORIES, invoke
-from trained import LM_RUNS_GROUP, PROFILE_WINDOW, LmRun
+from trained import LM_RUNS_GROUP, PROFILE_WINDOW
 
 # The runs are shared with test_lm_runs.py (conftest.lm_runs).
 pytestmark = pytest.mark.xdist_group(LM_RUNS_GROUP)
-
-
-def _profiled(runs: dict[str, LmRun], name: str) -> Path:
-    """The output of run ``name``, which ended well."""
-    process = runs[name].process
-    assert process.returncode == 0, f"{name}: {process.stderr[-4000:]}"
-    assert "terminate called" not in process.stderr, f"{name}: {process.stderr[-4000:]}"
-    return runs[name].output
 
 
 def _json(path: Path) -> dict:
@@ -30,7 +22,7 @@ def _json(path: Path) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["small", "large", "ddp"])
 def test_a_profiled_run_writes_its_breakdown_operators_and_metrics(lm_runs, name):
-    output = _profiled(lm_runs, name)
+    output = lm_runs[name].ended_well()
     breakdown = _json(output / "profile" / "breakdown.json")
     assert (breakdown["steps"], breakdown["window"], breakdown["device"]) == (3, PROFILE_WINDOW, "cpu")
     assert sorted(breakdown["categories"]) == sorted(PROFILE_CATEGORIES)
@@ -59,10 +51,10 @@ def test_a_profiled_run_writes_its_breakdown_operators_and_metrics(lm_runs, name
 
 @pytest.mark.slow
 def test_ddp_over_gloo_shows_communication(lm_runs):
-    breakdown = _json(_profiled(lm_runs, "ddp") / "profile" / "breakdown.json")
+    breakdown = _json(lm_runs["ddp"].ended_well() / "profile" / "breakdown.json")
     assert breakdown["world_size"] == 2
     assert breakdown["categories"]["communication"]["share"] > 0
-    assert _json(_profiled(lm_runs, "small") / "profile" / "breakdown.json")["categories"]["communication"]["share"] == 0
+    assert _json(lm_runs["small"].ended_well() / "profile" / "breakdown.json")["categories"]["communication"]["share"] == 0
     ops = _json(lm_runs["ddp"].output / "profile" / "operators.json")["operators"]
     assert ops["c10d::allreduce_"]["calls"] >= 1
 
@@ -71,7 +63,7 @@ def test_ddp_over_gloo_shows_communication(lm_runs):
 def test_profile_diff_of_two_real_runs(lm_runs):
     from orchestrator.analysis import opdiff
 
-    runs = {name: _profiled(lm_runs, name) for name in ("small", "large", "ddp")}
+    runs = {name: lm_runs[name].ended_well() for name in ("small", "large", "ddp")}
     small, large = opdiff.load(runs["small"]), opdiff.load(runs["large"] / "profile" / "operators.json")
     comparison = opdiff.compare(small, large, top=5)
     assert len(comparison.rows) == 5 and comparison.operators >= len(small.operators)
