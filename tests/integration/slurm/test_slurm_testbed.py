@@ -316,7 +316,9 @@ def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path
     require_torch()
     project = lightning_project(tmp_path / "p")
     params = yaml.safe_load((project / "params.yaml").read_text())
-    params["benchmark"].update(models=["tiny"], device_cfgs=[{"num_nodes": 1, "num_gpus": 2}], max_steps=400)
+    # Steps enough that the signal, 3 s into training, lands mid-way: two ranks on two idle cores take
+    # ~30 steps by then, and beside the whole suite ~15; the resumed run trains the rest.
+    params["benchmark"].update(models=["tiny"], device_cfgs=[{"num_nodes": 1, "num_gpus": 2}], max_steps=150)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "ORCH_POLL_MAX_S": "2"}
     repro = subprocess.Popen(

@@ -62,7 +62,9 @@ def test_a_small_run_writes_every_figure_and_they_agree(tmp_path):
 
     assert r["old_status"] == "ok"
     for side in ("old", "new"):
-        assert positive(r["startup_s"][side]) and r["startup_s"][side] < 60
+        # No upper bound: the old side tokenises the corpus on the fly, which beside the whole suite
+        # at nice 5 has taken over a minute; what it costs is the benchmark's figure, not a check.
+        assert positive(r["startup_s"][side])
         assert r["rss_mb"][side] >= r["rss_before_load_mb"][side] > 50  # torch is imported before the clock on both sides
     assert (tmp_path / "work/old/experiments_old/lm/data.py").is_file()
 
