@@ -7,6 +7,9 @@ import json
 
 import pytest
 from support import isolated, require_training, signal_at
+from trained import IN_PROCESS_GROUP
+
+pytestmark = pytest.mark.xdist_group(IN_PROCESS_GROUP)
 
 # --- registries --------------------------------------------------------------------------------
 

@@ -9,6 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import ROOT, examples, require_training
+from trained import IN_PROCESS_GROUP
+
+pytestmark = pytest.mark.xdist_group(IN_PROCESS_GROUP)
 
 H = 13
 

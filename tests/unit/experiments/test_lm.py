@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from fakes import FakeDataset, FakeDatasetDict
 from support import LM_SHORT, isolated, model_weights, require_training, signal_at
+from trained import IN_PROCESS_GROUP
+
+pytestmark = pytest.mark.xdist_group(IN_PROCESS_GROUP)
 
 # --- the model ---------------------------------------------------------------------------------
 

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 from support import ROOT, require_training, script_module
+from trained import IN_PROCESS_GROUP
+
+pytestmark = pytest.mark.xdist_group(IN_PROCESS_GROUP)
 
 DOCUMENTS = 600
 

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 from fakes import RecordingLogger
 from support import require_training
+from trained import IN_PROCESS_GROUP
+
+pytestmark = pytest.mark.xdist_group(IN_PROCESS_GROUP)
 
 
 @pytest.fixture

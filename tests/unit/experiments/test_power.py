@@ -8,6 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 from fakes import FakeStrategy, ManualClock
+from trained import IN_PROCESS_GROUP
+
+pytestmark = pytest.mark.xdist_group(IN_PROCESS_GROUP)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,9 @@ import json
 
 import pytest
 from support import LM_SHORT, isolated, model_weights, require_training, signal_at, skip_or_fail
+from trained import IN_PROCESS_GROUP
+
+pytestmark = pytest.mark.xdist_group(IN_PROCESS_GROUP)
 
 # Documents separated by blank lines (a .txt's documents): about 10% of them go to validation.
 TEXT = "\n\n".join(f"line {i}: the quick brown fox jumps over the lazy dog {i * 7 % 13}" for i in range(400)) + "\n"
