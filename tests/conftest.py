@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from hypothesis import settings as hypothesis_settings
 
 # The helpers' own asserts get pytest's detailed messages too; registered before they are imported.
@@ -144,14 +145,31 @@ def reported(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def wheel_venv(tmp_path_factory) -> Path:
-    """This tree's wheel, built once per session (per xdist worker), installed with no dependencies in a
-    clean venv that sees this interpreter's packages (DVC and the rest, as a login node with DVC has
-    them): its folder, beside ``wheels/`` that holds the wheel. The orchestrator it runs is the wheel's
-    copy, not this checkout."""
+def this_wheel(tmp_path_factory) -> Path:
+    """This tree's wheel, built once per pytest run (pip's isolated build costs ~7 s of CPU): under
+    xdist, the first worker to ask builds it in the run's shared temporary folder, and the others
+    wait for it there."""
+    base = tmp_path_factory.getbasetemp()
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return wheel_of_this_tree(base / "wheel")
+    shared = base.parent / "wheel"  # the workers' basetemps are popen-gwN folders of this run's one
+    with FileLock(str(base.parent / "wheel.lock")):
+        built = sorted(shared.glob("*.whl"))
+        return built[0] if built else wheel_of_this_tree(shared)
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory, this_wheel) -> Path:
+    """This tree's wheel installed with no dependencies in a clean venv (once per xdist worker) that
+    sees this interpreter's packages (DVC and the rest, as a login node with DVC has them): its
+    folder, beside ``wheels/`` that holds the wheel. The orchestrator it runs is the wheel's copy,
+    not this checkout."""
 
     where = tmp_path_factory.mktemp("wheel-venv")
-    return venv_with(wheel_of_this_tree(where / "wheels"), where / "venv", system_site_packages=True)
+    (where / "wheels").mkdir()
+    wheel = where / "wheels" / this_wheel.name
+    shutil.copy(this_wheel, wheel)
+    return venv_with(wheel, where / "venv", system_site_packages=True)
 
 
 @pytest.fixture(scope="session")

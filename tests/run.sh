@@ -19,6 +19,13 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 # collection alone). Outside the tree, so no __pycache__ lands in a folder DVC hashes.
 export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator-tests/pycache}"
 unset PYTHONDONTWRITEBYTECODE
+# The scripts folder of the Python that runs the tests first on PATH, as an activated venv has it:
+# `dvc`, `orchestrator` and `python` in the tests' subprocesses and their Slurm jobs are then this
+# Python's. Under pyenv they were its shims, each a bash script that spent ~40 processes and ~0.1 s
+# of CPU finding the interpreter (about a thousand times a run), and that could pick another Python
+# in a folder with a .python-version.
+PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
+export PATH
 
 missing=()
 command -v shellcheck >/dev/null || missing+=(shellcheck)

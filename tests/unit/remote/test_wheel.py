@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 import yaml
-from support import ROOT, venv_with, wheel_of_this_tree
+from support import ROOT, venv_with
 
 from orchestrator import __version__
 
@@ -26,8 +26,8 @@ assert (images.PACKAGE_DIR / "_templates" / "sbatch.sh.j2").is_file()
 """
 
 
-def test_a_wheel_in_a_clean_venv_carries_the_job_and_definition_templates(tmp_path):
-    wheel = wheel_of_this_tree(tmp_path / "wheels")
+def test_a_wheel_in_a_clean_venv_carries_the_job_and_definition_templates(tmp_path, this_wheel):
+    wheel = this_wheel
     assert wheel.name.startswith(f"dvc_slurm_orchestrator-{__version__}-")
     venv = venv_with(wheel, tmp_path / "venv")
     shipped = yaml.safe_load((ROOT / "containers/images.yaml").read_text())
