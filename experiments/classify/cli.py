@@ -78,8 +78,8 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
     args = parse_args(argv)
     # Lightning (~6 s of CPU to import) only once the arguments hold: a usage error answers at once.
     from experiments.classify.module import TextClassifier
-    from experiments.common.datawait import TimedLoader
     from experiments.common.run import Run, build_trainer
+    from experiments.common.timedloader import TimedLoader
 
     run = Run(args, callbacks)
     dataset = data.load(args.dataset)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from experiments.common.datawait import TimedLoader
+from experiments.common.timedloader import TimedLoader
 
 # Steps whose rows are asked for ahead of time: two steps' compute for the kernel to read them.
 LOOKAHEAD = 2

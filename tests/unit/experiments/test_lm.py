@@ -342,17 +342,17 @@ def test_data_wait_is_the_loaders_fetch_and_the_transfer_not_lightnings_work_bet
     require_training()
     from types import SimpleNamespace
 
-    from experiments.common import datawait
+    from experiments.common import datawait, timedloader
 
     now = [0.0]
-    monkeypatch.setattr(datawait.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(datawait.time, "perf_counter", lambda: now[0])  # the time module: the loader's clock too
 
     class Slow(list):
         def __getitem__(self, i):
             now[0] += 0.1  # reading a row
             return super().__getitem__(i)
 
-    loader = datawait.TimedLoader(Slow(range(10)), batch_size=1)
+    loader = timedloader.TimedLoader(Slow(range(10)), batch_size=1)
     batches = iter(loader)
     callback, trainer = datawait.DataWait(warmup_steps=0), SimpleNamespace(global_step=0, max_steps=4, train_dataloader=loader)
     for step in range(4):
@@ -373,7 +373,7 @@ def test_a_timed_loader_is_what_lightning_trains_from():
     """The lm order's loader and the classifier's are timed, and a timed loader's iterator
     still gives every batch and its length."""
     require_training()
-    from experiments.common.datawait import TimedLoader
+    from experiments.common.timedloader import TimedLoader
     from experiments.lm.sampler import StepLoader
 
     assert issubclass(StepLoader, TimedLoader)
