@@ -216,7 +216,9 @@ def test_a_task_whose_node_fails_runs_again_without_that_node(slurm_testbed, tmp
     import re
 
     project = sweep(tmp_path / "p", 2, shared_profile(tmp_path, service_partition=None))
-    (project / "work.py").write_text("import time\ntime.sleep(20)\n" + (project / "work.py").read_text())
+    # Running long enough for the node to go down under it (seconds after "running"), and no longer:
+    # the task runs again whole, while this test holds the whole testbed.
+    (project / "work.py").write_text("import time\ntime.sleep(10)\n" + (project / "work.py").read_text())
     assert run_orchestrator("submit", cwd=project).returncode == 0
     log = tmp_path / "repro.err"
     with log.open("w") as err:

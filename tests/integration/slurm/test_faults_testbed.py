@@ -207,7 +207,9 @@ def test_controller_and_database_down_while_waiting_keeps_waiting(slurm_testbed,
     from orchestrator.testbed import cluster
 
     names = ["a"]
-    project = work_project(tmp_path / "p", names, seconds=25)
+    # Long enough to outlast the controller's stop (seconds after "running on"); the rest of the
+    # job, past the restart, is the test's time alone: it holds the whole testbed.
+    project = work_project(tmp_path / "p", names, seconds=15)
     bed = cluster.Testbed(slurm_testbed, timeout=180)
     since = time.time()
     log = tmp_path / "repro.err"
@@ -267,7 +269,9 @@ def test_node_set_down_under_a_running_job_reruns_it_elsewhere(slurm_testbed, tm
     run` keeps the pending job off the failed node and records the fault; the job
     completes on the other node; one job id, outputs whole."""
     names = ["a"]
-    project = work_project(tmp_path / "p", names, seconds=30)
+    # The node goes down within seconds of "running on"; the job then runs again whole, while this
+    # test holds the whole testbed: 12 s each time, not more.
+    project = work_project(tmp_path / "p", names, seconds=12)
     log = tmp_path / "repro.err"
     with log.open("w") as err:
         proc = subprocess.Popen(
