@@ -35,28 +35,30 @@ DAEMON_MARKS = ("slurm", "apptainer", "ssh")
 MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image": "apptainer", "sshd": "ssh"}
 
 # The testbed's modules by group, balanced by their measured times (--durations, CI=true, 2 cores,
-# 4 to 0.1 minutes each). The exclusive tests' modules are all in the last group, whose exclusive
+# 7 to 0.1 minutes each). The exclusive tests' modules are all in the last group, whose exclusive
 # tests run last, as one block: the other groups wait for it at most once, near their own end
-# (run first, it kept both waiting at their start, ~4 minutes each).
+# (run first, it kept both waiting at their start, ~4 minutes each). That group's other tests take
+# a little longer than each other group's, so the block starts once they have (nearly) finished: a
+# group with tests left waits out the whole block, and then runs them on a machine gone idle.
 TESTBED_GROUPS = {
     "slurm": frozenset(
         {
             "test_slurm_testbed.py", "test_report_two_clusters_testbed.py", "test_docs_commands_ssh.py",
-            "test_remote_workflow.py", "test_record_testbed.py",
+            "test_remote_workflow.py", "test_cluster_switch_testbed.py",
         }
     ),
     "slurm-2": frozenset(
         {
             "test_experiments_testbed.py", "test_docs_commands_testbed.py", "test_limits_testbed.py",
             "test_remote_submit.py", "test_container_jobs.py", "test_remote_install.py", "test_remote_container_build.py",
-            "test_fresh_project_testbed.py", "test_cluster_switch_testbed.py",
+            "test_fresh_project_testbed.py",
         }
     ),
     "slurm-3": frozenset(
         {
             "test_arrays_testbed.py", "test_faults_testbed.py", "test_stuck_testbed.py", "test_lm_testbed.py",
             "test_testbed_cluster.py", "test_secrets.py", "test_energy_accounting.py",
-            "test_executor_on_slurm.py",
+            "test_executor_on_slurm.py", "test_record_testbed.py",
         }
     ),
 }  # fmt: skip
