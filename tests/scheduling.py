@@ -44,21 +44,21 @@ TESTBED_GROUPS = {
     "slurm": frozenset(
         {
             "test_slurm_testbed.py", "test_report_two_clusters_testbed.py", "test_docs_commands_ssh.py",
-            "test_remote_workflow.py", "test_cluster_switch_testbed.py",
+            "test_remote_workflow.py",
         }
     ),
     "slurm-2": frozenset(
         {
             "test_experiments_testbed.py", "test_docs_commands_testbed.py", "test_limits_testbed.py",
-            "test_remote_submit.py", "test_container_jobs.py", "test_remote_install.py", "test_remote_container_build.py",
-            "test_fresh_project_testbed.py",
+            "test_remote_submit.py", "test_container_jobs.py", "test_remote_install.py", "test_fresh_project_testbed.py",
         }
     ),
     "slurm-3": frozenset(
         {
             "test_arrays_testbed.py", "test_faults_testbed.py", "test_stuck_testbed.py", "test_lm_testbed.py",
             "test_testbed_cluster.py", "test_secrets.py", "test_energy_accounting.py",
-            "test_executor_on_slurm.py", "test_record_testbed.py",
+            "test_executor_on_slurm.py", "test_record_testbed.py", "test_cluster_switch_testbed.py",
+            "test_remote_container_build.py",
         }
     ),
 }  # fmt: skip
