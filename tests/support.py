@@ -76,17 +76,12 @@ def require_root_and_apt(what: str) -> None:
 
 
 def require_training() -> None:
-    """Skip without the training extras, except under CI, where a skip is a failure."""
+    """Skip without the training extras, except under CI, where a skip is a failure: for the tests
+    that train, here or in the testbed's jobs (which run this Python). Found, not imported: importing
+    Lightning would cost the test's worker ~8 s of CPU for nothing."""
     missing = [name for name in ("torch", "pytorch_lightning", "dvclive") if importlib.util.find_spec(name) is None]
     if missing:
         skip_or_fail(f"{', '.join(missing)} not installed (pip install -e '.[train]')")
-
-
-def require_torch() -> None:
-    """Skip (fail under CI) without pytorch_lightning: the testbed's jobs train with this Python.
-    Found, not imported: importing it would cost the test's worker ~8 s of CPU for nothing."""
-    if importlib.util.find_spec("pytorch_lightning") is None:
-        skip_or_fail("pytorch_lightning is not installed")
 
 
 # --- throwaway projects ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from support import (
     container_profile,
     dvc,
     make_project,
-    require_torch,
+    require_training,
 )
 
 from orchestrator.scripts.job_environment import workspace_tag
@@ -63,7 +63,7 @@ def container_project(
 
 @pytest.mark.slow
 def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_testbed, ci_image, tmp_path):
-    require_torch()
+    require_training()
     probe = {
         "cmd": "orchestrator run --nodes 2 --gpus-per-node 2 -- python probe.py out",
         "deps": ["probe.py", "containers/${orchestrator.image}.digest"],

@@ -34,7 +34,7 @@ from support import (
     make_project,
     model_weights,
     release_requeued,
-    require_torch,
+    require_training,
     slurm_seconds,
     wait_until_training,
 )
@@ -156,7 +156,7 @@ def test_two_nodes_of_two_tasks_match_one_node_of_four(slurm_testbed, tmp_path, 
     reads the same shard of every step's batch in both layouts, so the weights and the
     loss curves agree up to floating-point rounding (they are in fact bit-equal here).
     A run that formed two worlds of two, or read other batches, differs by far more."""
-    require_torch()
+    require_training()
     import torch
 
     project = lm_project(
@@ -252,7 +252,7 @@ def test_time_limit_interrupts_and_the_requeued_job_resumes_to_the_same_weights(
     signal land further inside the training. A resume that lost or repeated steps, or
     restarted the data order, ends with other weights.
     """
-    require_torch()
+    require_training()
     import torch
 
     project = lm_project(tmp_path / "p", str(container_profile(tmp_path, ci_image)), [(1, 2)], image=ci_image, **RESUME)

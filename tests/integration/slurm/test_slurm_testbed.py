@@ -21,7 +21,7 @@ from support import (
     jobs_of,
     make_project,
     release_requeued,
-    require_torch,
+    require_training,
     run_orchestrator,
     wait_for_requeue,
     wait_until_training,
@@ -197,7 +197,7 @@ def lightning_project(root: Path) -> Path:
 
 @pytest.mark.slow
 def test_lightning_ddp_over_two_nodes_on_the_shipped_pipeline(slurm_testbed, tmp_path):
-    require_torch()
+    require_training()
     project = lightning_project(tmp_path / "p")
     since = time.time()
     done = dvc(project, "repro", "benchmark", timeout=900)
@@ -313,7 +313,7 @@ def test_requeue_signal_checkpoints_requeues_and_resumes(slurm_testbed, tmp_path
     from the batch script -> resume from the checkpoint -> completion. The signal is
     sent by hand here (Slurm's own delivery before a time limit has a 60 s
     resolution); the real time limit, inside the image, is test_lm_testbed.py's."""
-    require_torch()
+    require_training()
     project = lightning_project(tmp_path / "p")
     params = yaml.safe_load((project / "params.yaml").read_text())
     # Steps enough that the signal, 3 s into training, lands mid-way: two ranks on two idle cores take

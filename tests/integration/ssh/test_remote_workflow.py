@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, ROOT, jobs_of, require_torch, with_git
+from support import ACCOUNT, ROOT, jobs_of, require_training, with_git
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slurm, pytest.mark.slow]
 
@@ -55,7 +55,7 @@ def _wait_completed(login, project: Path, rows: int, timeout: float = 600) -> st
 
 
 def test_the_shipped_matrix_from_a_workstation_submit_follow_fetch_and_report(slurm_testbed, login, tmp_path):
-    require_torch()
+    require_training()
     project = shipped_workstation(tmp_path / "ws" / "proj", login.profile)
     remote = login.cluster_root / "proj"
     since = time.time()
