@@ -6,8 +6,8 @@
 #
 # The tests run in parallel (pytest-xdist, --dist loadgroup, the longest chains handed out
 # first: tests/scheduling.py): the fast tier on one worker per core and one more (its tests wait
-# for their processes at times: 7.5 instead of 8.2 minutes on 2 cores); the whole suite on five
-# more than cores, one for each group of daemon tests (the testbed's three, Apptainer's, sshd's),
+# for their processes at times: 7.5 instead of 8.2 minutes on 2 cores); the whole suite on six
+# more than cores, one for each group of daemon tests (the testbed's four, Apptainer's, sshd's),
 # which mostly wait for Slurm, a build or a login while the other workers use the cores.
 # `-n 0` among the extra arguments runs everything in this one process instead.
 set -euo pipefail
@@ -42,7 +42,7 @@ fi
 
 cores="$(nproc)"
 selection=()
-workers="$((cores + 5))"
+workers="$((cores + 6))"
 if [ "${1:-}" = --fast ]; then
   shift
   selection=(-m "not slurm and not apptainer and not ssh")

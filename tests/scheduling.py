@@ -6,7 +6,7 @@ testbed's tests share the cluster. conftest.py's hooks call these.
   (-m "not slurm and not apptainer and not ssh"): its folder under integration/, and the fixtures
   that bring a real component up, used directly or through another fixture.
 - **Groups.** The tests of one daemon run one after another on one worker: Apptainer's, sshd's,
-  and the testbed's in three groups (TESTBED_GROUPS), since they mostly wait for Slurm. A module
+  and the testbed's in four groups (TESTBED_GROUPS), since they mostly wait for Slurm. A module
   with a module fixture is a group too, so the fixture is set up once; modules that share a
   session fixture name one group themselves (xdist_group: the LM runs, trained.LM_RUNS_GROUP).
 - **Order.** The longest chains are handed out first: a chain started last keeps one worker busy
@@ -35,31 +35,28 @@ DAEMON_MARKS = ("slurm", "apptainer", "ssh")
 MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image": "apptainer", "sshd": "ssh"}
 
 # The testbed's modules by group, balanced by their measured times (--durations, CI=true, 2 cores,
-# 7 to 0.1 minutes each). The exclusive tests' modules are all in the last group, whose exclusive
-# tests run last, as one block: the other groups wait for it at most once, near their own end
-# (run first, it kept both waiting at their start, ~4 minutes each). That group's other tests take
-# a little longer than each other group's, so the block starts once they have (nearly) finished: a
-# group with tests left waits out the whole block, and then runs them on a machine gone idle.
+# 7 to 0.1 minutes each). The exclusive tests' modules are all in one group, whose exclusive tests
+# run last in it, as one block (~150 s): the other groups wait for it at most once (run first, it
+# kept them waiting at their start). Four groups, each ~13 minutes of mostly waiting for Slurm, so
+# the testbed's work, the block included, ends minutes before the CPU-bound tests without a daemon
+# do: with three (~17 minutes each) the block ran last of everything, on a machine gone idle.
 TESTBED_GROUPS = {
-    "slurm": frozenset(
-        {
-            "test_slurm_testbed.py", "test_report_two_clusters_testbed.py", "test_docs_commands_ssh.py",
-            "test_remote_workflow.py",
-        }
-    ),
+    "slurm": frozenset({"test_slurm_testbed.py", "test_report_two_clusters_testbed.py"}),
     "slurm-2": frozenset(
         {
-            "test_experiments_testbed.py", "test_docs_commands_testbed.py", "test_limits_testbed.py",
-            "test_remote_submit.py", "test_container_jobs.py", "test_remote_install.py", "test_fresh_project_testbed.py",
+            "test_docs_commands_testbed.py", "test_limits_testbed.py", "test_remote_submit.py", "test_container_jobs.py",
+            "test_remote_install.py",
         }
     ),
     "slurm-3": frozenset(
         {
-            "test_arrays_testbed.py", "test_faults_testbed.py", "test_stuck_testbed.py", "test_lm_testbed.py",
-            "test_testbed_cluster.py", "test_secrets.py", "test_energy_accounting.py",
-            "test_executor_on_slurm.py", "test_record_testbed.py", "test_cluster_switch_testbed.py",
-            "test_remote_container_build.py",
+            "test_arrays_testbed.py", "test_faults_testbed.py", "test_stuck_testbed.py", "test_testbed_cluster.py",
+            "test_secrets.py", "test_energy_accounting.py", "test_executor_on_slurm.py", "test_record_testbed.py",
+            "test_cluster_switch_testbed.py", "test_remote_container_build.py", "test_fresh_project_testbed.py",
         }
+    ),
+    "slurm-4": frozenset(
+        {"test_lm_testbed.py", "test_experiments_testbed.py", "test_docs_commands_ssh.py", "test_remote_workflow.py"}
     ),
 }  # fmt: skip
 EXCLUSIVE_GROUP = "slurm-3"
