@@ -381,7 +381,7 @@ def ci_image(apptainer) -> Path:
     out = IMAGE_CACHE / f"ci-{key}.sif"
     proc, seconds = container_cli("build", "ci", "--output", str(out), "--digest-file", str(out.with_suffix(".digest")))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    print(f"ci image: {proc.stdout.strip()} [{seconds:.1f} s]")
+    print(f"ci image: {proc.stdout.strip()} [{seconds:.1f} s of CPU]")
     for old in sorted(IMAGE_CACHE.glob("ci-*.sif"), key=lambda p: p.stat().st_mtime, reverse=True)[3:]:
         for path in (
             old,
