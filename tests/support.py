@@ -568,13 +568,15 @@ def dvc(project: Path, *args: str, env: dict | None = None, timeout: float = 300
 def jobs_of(account: str, since: float, project: Path | None = None, expect: int = 0, inside: bool = False) -> list[list[str]]:
     """Jobs under ``account`` since ``since`` (sacct), submitted from ``project`` if given
     (``inside``: from it or a folder in it, such as a temporary experiment's): other tests'
-    jobs may overlap in time. With ``expect``, waits up to 60 s for that many: slurmdbd may
-    record a job that just ended a while later (seen: over 10 s)."""
+    jobs may overlap in time. With ``expect``, waits up to 180 s for that many: slurmdbd may
+    record a job that just ended a while later (seen: over 10 s), and sacct lists a job held by a
+    dependency (a detached submit's record job) only once it is eligible, when the items have ended
+    (beside the whole suite, 60 s were once too few)."""
     # The working dir tells the jobs apart; the window only bounds the query, wide
     # enough for a clock that steps (this VM's has, mid-suite).
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 3600))
     argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", account, "--format=JobIDRaw,JobName,State,Account,WorkDir"]
-    deadline = time.time() + 60
+    deadline = time.time() + 180
     while True:
         done = subprocess.run(argv, capture_output=True, text=True, check=True)
         rows = [line.split("|") for line in done.stdout.splitlines() if line]
