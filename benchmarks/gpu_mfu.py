@@ -26,7 +26,7 @@ Megatron-LM 41-48 % on H100, torchtitan 33-39 %, nanoGPT about 30 %.
 
 Usage: python benchmarks/gpu_mfu.py [--models large,xl] [--batch-sizes 16,32] [--compile on,off] [--precision default,fp8]
                                    [--seq-len 1024] [--steps 60] [--num-workers N] [--attention auto]
-                                   [--profile-steps 5:2] [--val-rows N] [--command-options '--bf16-residual'] [--out FILE]
+                                   [--profile-steps 5:2] [--val-rows N] [--command-options '--residual fp32'] [--out FILE]
        python benchmarks/gpu_mfu.py --smoke   (the tiny model on CPU, compiled and not: checks this script, gives no figures)
 Writes benchmarks/out/gpu_mfu.json (or gpu_mfu_smoke.json). A row run with --command-options or
 with Inductor's switches in the environment (TORCHINDUCTOR_*) is a variant: it is shown as one,
@@ -64,7 +64,7 @@ FP8_SPEEDUP_GOAL = {"xl": 1.3}
 FP8_LOSS_TOLERANCE = 0.02
 FIELDS = ("parameters", "precision", "compile", "attention", "optimizer", "device", "tokens_per_second", "mean_step_time_s",
           "timed_steps", "mfu", "mfu_peak_source", "peak_tflops_per_device", "model_tflops_per_device", "data_wait_share",
-          "peak_memory_bytes", "allocator_retries", "train_loss", "val_loss", "torch_version")  # fmt: skip
+          "peak_memory_bytes", "allocator_retries", "train_loss", "val_loss", "torch_version", "residual")  # fmt: skip
 # Kernels by kind, from their names in the profiler's trace (cuBLAS/CUTLASS GEMMs, cuDNN's
 # and FlashAttention's attention, Inductor's fused Triton kernels, the fused optimizer).
 KERNEL_KINDS = (
@@ -161,11 +161,13 @@ def kernel_kinds(profile: Path, window: str | None) -> dict | None:
 
 
 def fp8_comparisons(rows: list[dict]) -> list[dict]:
-    """Each FP8 row against the bf16 row of the same model, batch, compile setting, steps and Inductor switches: speed-up and loss."""
+    """Each FP8 row against the bf16 row of the same model, batch, compile setting, steps, options, Inductor switches and
+    residual stream: speed-up and loss."""
     done = [r for r in rows if "error" not in r]
     found = []
     for fp8 in (r for r in done if r["asked_precision"] == "fp8"):
-        key = ("model", "batch_size", "compiled", "steps", "inductor_env", "asked_options")
+        # The residual stream too: rows recorded before it was bf16 by default (no "residual") ran it in float32.
+        key = ("model", "batch_size", "compiled", "steps", "inductor_env", "asked_options", "residual")
         same = [r for r in done if r["asked_precision"] == "default" and all(r.get(k) == fp8.get(k) for k in key)]
         if not same:
             continue
@@ -231,7 +233,7 @@ def main() -> int:
     ap.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak; default from its name")
     kernels = ("auto", "cudnn", "flash", "efficient", "math")
     ap.add_argument("--attention", choices=kernels, help="the command's --attention (default: its own)")
-    ap.add_argument("--command-options", metavar="OPTIONS", help="more options for the command: a variant to compare (--bf16-residual)")
+    ap.add_argument("--command-options", metavar="OPTIONS", help="more options for the command: a variant to compare (--residual fp32)")
     ap.add_argument("--profile-steps", metavar="START:COUNT", help="profile these steps (keep them in the warm-up tenth): kernels by kind")
     ap.add_argument("--out", type=Path, help="the JSON to write (default benchmarks/out/gpu_mfu.json)")
     ap.add_argument("--smoke", action="store_true", help="tiny model, CPU, 8 steps: checks the script only")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     import pytorch_lightning as pl
 
 STRATEGIES = ("auto", "ddp", "fsdp")
+RESIDUALS = ("auto", "bf16", "fp32")
 # Validation sequences after training: about half a million tokens at seq_len 128, enough for a
 # loss to compare runs by, and a bounded cost whatever the corpus (nanoGPT evaluates a fixed 200 batches).
 VAL_ROWS = 4096
@@ -68,10 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--activation-checkpointing", action="store_true", help="recompute each block's activations in the backward: larger batches fit"
     )
     parser.add_argument(
-        "--bf16-residual",
-        action="store_true",
-        help="keep the residual stream in bf16, not float32 (Megatron-LM's default): fewer bytes a step; needs bf16-mixed or fp8",
+        "--residual",
+        choices=RESIDUALS,
+        default="auto",
+        help="the residual stream's dtype; auto: bf16 under bf16-mixed and fp8 (Megatron-LM's default: "
+        "about 5%% faster on an H100, the same loss), else float32",
     )
+    # The option's first spelling, kept for a release: it says the new one.
+    parser.add_argument("--bf16-residual", action="store_true", help=argparse.SUPPRESS)
     profiling.add_options(parser)
     speed.add_options(parser)
     speed.add_attention_option(parser)
@@ -108,8 +114,14 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
     if args.precision == speed.FP8:
         problems += speed.fp8_problems(args.accelerator)
     problems += profiling.problems(args)
-    if args.bf16_residual and speed.trainer_precision(args.precision) != "bf16-mixed":
-        problems.append(f"--bf16-residual needs --precision bf16-mixed or fp8 (autocast to bf16); this run's is {args.precision}")
+    if args.bf16_residual:
+        print("experiments.lm: --bf16-residual is now --residual bf16 (and bf16 is the default under bf16-mixed and fp8)", file=sys.stderr)
+        args.residual = "bf16"
+    autocast_bf16 = speed.trainer_precision(args.precision) == "bf16-mixed"
+    if args.residual == "bf16" and not autocast_bf16:
+        problems.append(f"--residual bf16 needs --precision bf16-mixed or fp8 (autocast to bf16); this run's is {args.precision}")
+    if args.residual == "auto":
+        args.residual = "bf16" if autocast_bf16 else "fp32"
     if args.attention not in ("auto", "math") and args.accelerator != "gpu":
         problems.append(f"--attention {args.attention} needs a GPU; valid on CPU: auto, math")
     if problems:
@@ -159,7 +171,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
         parser.error(str(e))
     module = CausalLM(args.model, data.vocab_size, args.seq_len, args.lr, args.goldfish_k or None, args.goldfish_h)
     module.net.activation_checkpointing = args.activation_checkpointing
-    if args.bf16_residual:
+    if args.residual == "bf16":
         module.net.residual_dtype = torch.bfloat16
     if args.precision == speed.FP8:
         speed.float8_in_place(module.net)
@@ -190,7 +202,7 @@ def main(argv: Sequence[str] | None = None, callbacks: Sequence[pl.Callback] = (
             "goldfish_k": args.goldfish_k,
             "goldfish_h": args.goldfish_h,
             "activation_checkpointing": args.activation_checkpointing,
-            "residual": "bf16" if args.bf16_residual else "fp32",
+            "residual": args.residual,
             "attention": speed.attention_form(args.attention, args.accelerator),
         }
 

@@ -12,7 +12,7 @@ from support import benchmark_usage_error
     [
         (["--val-rows", "-1"], "--val-rows -1: give 0 (all of the split) or more"),
         (["--val-rows", "few"], "argument --val-rows: invalid int value: 'few'"),
-        (["--command-options", "--bf16-residual '"], '--command-options "--bf16-residual \'": No closing quotation'),
+        (["--command-options", "--residual fp32 '"], '--command-options "--residual fp32 \'": No closing quotation'),
     ],
 )
 def test_a_bad_option_is_one_usage_line(args, message, tmp_path):

@@ -249,7 +249,7 @@ def test_activation_checkpointing_recomputes_each_block_with_the_same_gradients(
     assert all(torch.equal(plain[name], checkpointed[name]) for name in plain)
 
 
-def test_a_bf16_residual_stream_keeps_float32_weights_and_the_same_loss_and_needs_autocast(in_process, capsys):
+def test_a_bf16_residual_stream_keeps_float32_weights_and_the_same_loss_is_the_autocast_default_and_needs_autocast(in_process, capsys):
     require_training()
     import torch
 
@@ -278,10 +278,17 @@ def test_a_bf16_residual_stream_keeps_float32_weights_and_the_same_loss_and_need
         assert torch.nn.functional.cosine_similarity(grad.flatten(), bf16_grads[name].flatten(), dim=0) > 0.99, name
 
     with pytest.raises(SystemExit) as exit:
-        parse(["--bf16-residual"])  # CPU: 32-true, no autocast
+        parse(["--residual", "bf16"])  # CPU: 32-true, no autocast
     assert exit.value.code == 2
-    assert "--bf16-residual needs --precision bf16-mixed or fp8 (autocast to bf16); this run's is 32-true" in capsys.readouterr().err
-    assert parse(["--bf16-residual", "--precision", "bf16-mixed"]).bf16_residual
+    assert "--residual bf16 needs --precision bf16-mixed or fp8 (autocast to bf16); this run's is 32-true" in capsys.readouterr().err
+    # auto: bf16 wherever the run autocasts to bf16 (measured on an H100: docs/development/benchmarks.md), else float32.
+    assert parse([]).residual == "fp32"
+    assert parse(["--precision", "bf16-mixed"]).residual == "bf16"
+    assert parse(["--precision", "bf16-mixed", "--residual", "fp32"]).residual == "fp32"
+    # The option's first spelling still works, and says the new one.
+    capsys.readouterr()
+    assert parse(["--bf16-residual", "--precision", "bf16-mixed"]).residual == "bf16"
+    assert "--bf16-residual is now --residual bf16" in capsys.readouterr().err
 
 
 # --- compiled runs: trained, checkpointed and resumed ----------------------------------------
