@@ -74,8 +74,13 @@ def main() -> int:
     ap.add_argument("packages", type=Path, help="a file whose text after 'Packages:' lists the machine's packages")
     ap.add_argument("--out", type=Path, default=Path(".whl"))
     args = ap.parse_args()
-    text = args.packages.read_text()
-    listed = text.split("Packages:", 1)[-1].split("\n", 1)[0]
+    try:
+        text = args.packages.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        ap.error(f"{args.packages}: cannot read it ({exc.strerror if isinstance(exc, OSError) else 'not text'})")
+    if "Packages:" not in text:
+        ap.error(f"{args.packages}: no 'Packages:' line (the device tool's KINDS.md lists the machine's packages after one)")
+    listed = text.split("Packages:", 1)[1].split("\n", 1)[0]
     there = {norm(n.strip().rstrip(".")) for n in listed.split(",") if n.strip()}
     need = {n: v for n, v in closure(ROOTS).items() if n not in there}
     args.out.mkdir(exist_ok=True)

@@ -57,9 +57,9 @@ fi
 stamp_dir="${XDG_CACHE_HOME:-$HOME/.cache}/orchestrator-tests"
 stamp="$stamp_dir/installed-$(printf '%s' "$PWD" | sha256sum | cut -c1-16)"
 wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
-deps_stamp="$stamp_dir/dependencies-$(python3 -c 'import sys; print(sys.prefix)' | sha256sum | cut -c1-16)"
 here="$(cd / && python3 -c 'import orchestrator, os; print(os.path.dirname(os.path.dirname(orchestrator.__file__)))' 2>/dev/null)" || here=""
 if [ "$here" != "$PWD" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+  deps_stamp="$stamp_dir/dependencies-$(python3 -c 'import sys; print(sys.prefix)' | sha256sum | cut -c1-16)"
   if [ "$(cat "$deps_stamp" 2>/dev/null)" = "$wanted" ]; then
     python3 -m pip install -q --no-deps -e .
   else

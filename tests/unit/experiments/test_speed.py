@@ -281,6 +281,10 @@ def test_a_bf16_residual_stream_keeps_float32_weights_and_the_same_loss_is_the_a
         parse(["--residual", "bf16"])  # CPU: 32-true, no autocast
     assert exit.value.code == 2
     assert "--residual bf16 needs --precision bf16-mixed or fp8 (autocast to bf16); this run's is 32-true" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:
+        parse(["--precision", "bf16-mixed", "--residual", "fp16"])
+    assert exit.value.code == 2
+    assert "argument --residual: invalid choice: 'fp16' (choose from 'auto', 'bf16', 'fp32')" in capsys.readouterr().err
     # auto: bf16 wherever the run autocasts to bf16 (measured on an H100: docs/development/benchmarks.md), else float32.
     assert parse([]).residual == "fp32"
     assert parse(["--precision", "bf16-mixed"]).residual == "bf16"
