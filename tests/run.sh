@@ -61,10 +61,10 @@ here="$(cd / && python3 -c 'import orchestrator, os; print(os.path.dirname(os.pa
 if [ "$here" != "$PWD" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   deps_stamp="$stamp_dir/dependencies-$(python3 -c 'import sys; print(sys.prefix)' | sha256sum | cut -c1-16)"
   if [ "$(cat "$deps_stamp" 2>/dev/null)" = "$wanted" ]; then
-    # The test extra brings the build backend (hatchling), so the move needs no isolated build
-    # environment: pip would otherwise install hatchling into a fresh one each time (~12 s of ~13).
+    # The test extra brings the build backend (hatchling, editables), so the move needs no isolated
+    # build environment: pip would otherwise install them into a fresh one each time (~12 s of ~13).
     isolation=()
-    python3 -c 'import hatchling' 2>/dev/null && isolation=(--no-build-isolation)
+    python3 -c 'import hatchling, editables' 2>/dev/null && isolation=(--no-build-isolation)
     python3 -m pip install -q --no-deps "${isolation[@]}" -e .
   else
     python3 -m pip install -q -e '.[train,test,docs]'
