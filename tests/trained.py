@@ -1,5 +1,5 @@
 """The tests' real training runs (tests/integration/local/test_*_runs.py): their environment, and
-what the LM runs they share are (integration/local/conftest.py's lm_runs)."""
+what the runs they share are (integration/local/conftest.py's lm_runs and shipped_pipeline)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,22 @@ LM_RUNS_GROUP = "lm-runs"
 # training code there): one worker runs them all, so one worker, not each, spends the ~8 s of CPU
 # the imports take.
 IN_PROCESS_GROUP = "torch-in-process"
+
+# The shipped pipeline after `dvc repro` (conftest.shipped_pipeline), read by test_shipped_pipeline.py and
+# by test_classify_runs.py (its two-process run is the pipeline's 1x2 item): one worker makes it once.
+SHIPPED_GROUP = "shipped-pipeline"
+# Both experiments' max_steps in the project's params.yaml (30 as shipped).
+SHIPPED_STEPS = 8
+# Both experiments' items: what params.yaml's matrix expands to.
+SHIPPED_BENCHMARK = [f"results/benchmark/pydoc-topics/tiny/{layout}" for layout in ("1x1", "1x2")]
+SHIPPED_LM = [f"results/lm/tiny/k{k}/{layout}" for k in (0, 4) for layout in ("1x1", "1x2")]
+
+
+def run_in(project: Path, *argv: str, timeout: float = 120) -> str:
+    """``argv`` in ``project``, which must end well: its stdout."""
+    done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
 
 
 @dataclass(frozen=True)

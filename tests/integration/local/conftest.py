@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
-from support import LM_SHORT, require_training
-from trained import LM_STEPS, PROFILE_WINDOW, LmRun, shared_cores_environment
+import yaml
+from support import LM_SHORT, ROOT, require, require_training
+from trained import LM_STEPS, PROFILE_WINDOW, SHIPPED_STEPS, LmRun, run_in, shared_cores_environment
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +52,36 @@ def lm_runs(tmp_path_factory) -> dict[str, LmRun]:
         stdout, stderr = process.communicate(timeout=600)
         done[name] = LmRun(output, subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
     return done
+
+
+@pytest.fixture(scope="session")
+def shipped_pipeline(tmp_path_factory) -> Path:
+    """A Git + DVC project with the shipped dvc.yaml, params.yaml and experiments/, after `dvc repro`.
+
+    The one change to the shipped files is the one a user makes for a quick first run: params.yaml's
+    `max_steps` lowered (SHIPPED_STEPS) before the commit. The LM's steps were most of the pipeline's
+    CPU, and nothing that reads it depends on how many there are, only that every one is logged.
+    test_shipped_pipeline.py and test_classify_runs.py read it (their modules share the xdist group
+    SHIPPED_GROUP, so one worker makes it once)."""
+    require_training()
+    require("git")
+    project = tmp_path_factory.mktemp("pipeline") / "project"
+    project.mkdir()
+    shutil.copy(ROOT / "dvc.yaml", project / "dvc.yaml")
+    shipped = (ROOT / "params.yaml").read_text()
+    assert shipped.count("\n  max_steps: 30\n") == 2, "the shipped benchmark's and LM's max_steps are no longer 30"
+    (project / "params.yaml").write_text(shipped.replace("\n  max_steps: 30\n", f"\n  max_steps: {SHIPPED_STEPS}\n"))
+    (project / "containers").mkdir()
+    shutil.copy(ROOT / "containers/none.digest", project / "containers/none.digest")
+    shutil.copytree(ROOT / "experiments", project / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    assert params["orchestrator"]["cluster"] == "local"
+    assert params["lm"]["max_steps"] == params["benchmark"]["max_steps"] == SHIPPED_STEPS
+    for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"]):
+        run_in(project, *argv)
+    run_in(project, "git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-qm", "the shipped pipeline")
+    started = time.monotonic()
+    # Alone on 2 cores ~2 minutes; at nice 5 beside the whole suite's testbed groups it has taken 14.
+    run_in(project, "dvc", "repro", timeout=1800)
+    print(f"\ndvc repro of the shipped pipeline: {time.monotonic() - started:.0f} s")
+    return project

@@ -1,5 +1,7 @@
 """Real runs of `python -m experiments.classify` on CPU, in fresh processes: one device, the same
-again, two DDP processes, a bad model name."""
+again, a bad model name; and two DDP processes, as the shipped pipeline's 1x2 item started them
+(conftest.shipped_pipeline: `dvc repro` -> `orchestrator run` -> the same command, whose Lightning
+starts the second process itself, as it does run by hand)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import require_training
-from trained import shared_cores_environment
+from support import ROOT, require_training
+from trained import SHIPPED_GROUP, SHIPPED_STEPS, shared_cores_environment
+
+# The DDP run is the shipped pipeline's: one worker makes it for both modules.
+pytestmark = pytest.mark.xdist_group(SHIPPED_GROUP)
+# The pipeline's two-process item, its log (stdout and stderr, as `orchestrator run` keeps it) and its batch.
+PIPELINE_DDP = "results/benchmark/pydoc-topics/tiny/1x2"
+PIPELINE_DDP_LOG = ".orchestrator/logs/benchmark@pydoc-topics-tiny-device_cfg1-local.log"
+PIPELINE_BATCH = 16
 
 MAX_STEPS = 12
 REQUIRED_METRICS = {
@@ -66,17 +75,14 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     """Every run at once (imports dominate; they overlap), each in its own folder as cwd."""
     require_training()
     base = tmp_path_factory.mktemp("classify")
-    plans = {"single": (1, "tiny"), "again": (1, "tiny"), "ddp": (2, "tiny"), "bad-model": (1, "huge")}
+    plans = {"single": (1, "tiny"), "again": (1, "tiny"), "bad-model": (1, "huge")}
     started = {}
     for name, (devices, model) in plans.items():
         cwd = base / name
         cwd.mkdir()
         # A nested output that does not exist yet; cwd outside any DVC or Git project.
         output = cwd / "results" / "out"
-        # Append mode: the DDP ranks share these files, and O_APPEND puts every write at the end.
-        # Without it, two ranks' lines written at once can land on the same offset where the
-        # kernel does not serialise the shared position (the likely way one CI run lost rank 1's line).
-        logs = (cwd / "stdout.log").open("a"), (cwd / "stderr.log").open("a")
+        logs = (cwd / "stdout.log").open("w"), (cwd / "stderr.log").open("w")
         process = subprocess.Popen(
             _command(output, devices, model), cwd=cwd, env=shared_cores_environment(), stdout=logs[0], stderr=logs[1]
         )
@@ -110,37 +116,44 @@ def test_single_device_run(runs):
 
 
 @pytest.mark.slow
-def test_ddp_run_on_two_processes(runs):
-    run = runs["ddp"]
-    metrics = run.metrics()
+def test_ddp_run_on_two_processes(shipped_pipeline):
+    metrics = json.loads((shipped_pipeline / PIPELINE_DDP / "metrics.json").read_text())
     assert REQUIRED_METRICS <= metrics.keys()
-    assert (metrics["world_size"], metrics["num_nodes"], metrics["devices"]) == (2, 1, 2)
-    assert metrics["global_batch_size"] == 16
+    assert (metrics["world_size"], metrics["num_nodes"], metrics["devices"], metrics["max_steps"]) == (2, 1, 2, SHIPPED_STEPS)
+    assert metrics["cluster_environment"] == "LightningEnvironment"
+    assert metrics["global_batch_size"] == 2 * PIPELINE_BATCH
     assert metrics["samples_per_second_per_device"] * 2 == pytest.approx(metrics["samples_per_second"])
-    lines = run.stdout.splitlines()
+    log = (shipped_pipeline / PIPELINE_DDP_LOG).read_text()
+    lines = log.splitlines()
     for rank in (0, 1):
-        # The whole stdout in the message: one CI run missed a rank's line and the log was gone.
+        # The whole log in the message: one CI run missed a rank's line and the log was gone.
         expected = f"rank {rank}/2 env=LightningEnvironment node_rank=0 local_rank={rank} cpus="
-        found = any(line.startswith(expected) for line in lines)
-        assert found, f"no {expected!r} line in stdout:\n{run.stdout}\nstderr tail:\n{run.stderr[-3000:]}"
+        assert any(line.startswith(expected) for line in lines), f"no {expected!r} line in {PIPELINE_DDP_LOG}:\n{log}"
     assert sum(line.startswith("cluster_environment=LightningEnvironment world_size=2 global_rank=0 ") for line in lines) == 1
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["single", "ddp"])
-def test_run_leaves_model_and_plots_only_in_its_output(runs, name):
+def test_run_leaves_model_and_plots_only_in_its_output(request, name):
     import torch
 
-    run = runs[name]
-    run.metrics()
-    checkpoint = torch.load(run.output / "model" / "model.ckpt", map_location="cpu", weights_only=True)
-    assert checkpoint["global_step"] == MAX_STEPS and checkpoint["state_dict"]
+    if name == "single":  # run by hand: nothing but its outputs, no dvc.yaml from DVCLive, no lightning_logs, no temp files
+        run = request.getfixturevalue("runs")["single"]
+        run.metrics()
+        output, steps, written = run.output, MAX_STEPS, ["dvclive", "metrics.json", "model"]
+        assert sorted(p.name for p in output.parent.parent.iterdir()) == ["results", "stderr.log", "stdout.log"]
+    else:  # in the pipeline: beside them only the job's record and DVC's .gitignore; the project as shipped, no lightning_logs
+        project = request.getfixturevalue("shipped_pipeline")
+        output, steps = project / PIPELINE_DDP, SHIPPED_STEPS
+        written = [".gitignore", "dvclive", "metrics.json", "model", "provenance.json"]
+        assert not (project / "lightning_logs").exists() and not (project / "dvclive").exists()
+        assert (project / "dvc.yaml").read_text() == (ROOT / "dvc.yaml").read_text()
+    assert sorted(p.name for p in output.iterdir()) == written
+    checkpoint = torch.load(output / "model" / "model.ckpt", map_location="cpu", weights_only=True)
+    assert checkpoint["global_step"] == steps and checkpoint["state_dict"]
     assert "optimizer_states" not in checkpoint  # the model only: DVC caches it
-    curve = (run.output / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()
-    assert curve[0] == "step\tloss" and [line.split("\t")[0] for line in curve[1:]] == [str(s) for s in range(1, MAX_STEPS + 1)]
-    # Nothing but the run's own outputs and logs: no dvc.yaml from DVCLive, no lightning_logs, no temp files.
-    assert sorted(p.name for p in run.output.iterdir()) == ["dvclive", "metrics.json", "model"]
-    assert sorted(p.name for p in run.output.parent.parent.iterdir()) == ["results", "stderr.log", "stdout.log"]
+    curve = (output / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv").read_text().splitlines()
+    assert curve[0] == "step\tloss" and [line.split("\t")[0] for line in curve[1:]] == [str(s) for s in range(1, steps + 1)]
 
 
 @pytest.mark.slow
