@@ -553,6 +553,13 @@ def write_operators(path: Path, rows: dict[str, tuple[float, float]], steps: int
 # --- the Slurm testbed -----------------------------------------------------------------------
 
 
+def run_in(project: Path, *argv: str, timeout: float = 120) -> str:
+    """``argv`` in ``project``, which must end well: its stdout."""
+    done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
 def dvc(project: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """`dvc ARGS` in ``project``, its `orchestrator run`s polling at least every 2 s."""
     return subprocess.run(

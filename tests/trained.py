@@ -29,13 +29,6 @@ SHIPPED_BENCHMARK = [f"results/benchmark/pydoc-topics/tiny/{layout}" for layout 
 SHIPPED_LM = [f"results/lm/tiny/k{k}/{layout}" for k in (0, 4) for layout in ("1x1", "1x2")]
 
 
-def run_in(project: Path, *argv: str, timeout: float = 120) -> str:
-    """``argv`` in ``project``, which must end well: its stdout."""
-    done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
 @dataclass(frozen=True)
 class LmRun:
     output: Path

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import LM_SHORT, ROOT, require, require_training
-from trained import LM_STEPS, PROFILE_WINDOW, SHIPPED_STEPS, LmRun, run_in, shared_cores_environment
+from support import LM_SHORT, ROOT, require, require_training, run_in
+from trained import LM_STEPS, PROFILE_WINDOW, SHIPPED_STEPS, LmRun, shared_cores_environment
 
 
 @pytest.fixture(scope="session")

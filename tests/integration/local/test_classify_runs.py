@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from support import ROOT, require_training
-from trained import SHIPPED_GROUP, SHIPPED_STEPS, shared_cores_environment
+from trained import SHIPPED_BENCHMARK, SHIPPED_GROUP, SHIPPED_STEPS, shared_cores_environment
 
 # The DDP run is the shipped pipeline's: one worker makes it for both modules.
 pytestmark = pytest.mark.xdist_group(SHIPPED_GROUP)
 # The pipeline's two-process item, its log (stdout and stderr, as `orchestrator run` keeps it) and its batch.
-PIPELINE_DDP = "results/benchmark/pydoc-topics/tiny/1x2"
+PIPELINE_DDP = SHIPPED_BENCHMARK[1]  # results/benchmark/pydoc-topics/tiny/1x2
 PIPELINE_DDP_LOG = ".orchestrator/logs/benchmark@pydoc-topics-tiny-device_cfg1-local.log"
 PIPELINE_BATCH = 16
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import run_in as run
 from trained import SHIPPED_BENCHMARK as BENCHMARK
 from trained import SHIPPED_GROUP
 from trained import SHIPPED_LM as LM
 from trained import SHIPPED_STEPS as STEPS
-from trained import run_in as run
 
 pytestmark = pytest.mark.xdist_group(SHIPPED_GROUP)
 
