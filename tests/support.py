@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -553,10 +553,11 @@ def write_operators(path: Path, rows: dict[str, tuple[float, float]], steps: int
 # --- the Slurm testbed -----------------------------------------------------------------------
 
 
-def run_in(project: Path, *argv: str, timeout: float = 120) -> str:
-    """``argv`` in ``project``, which must end well: its stdout."""
-    done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+def run_in(project: Path, *argv: str | Path, env: Mapping[str, str] | None = None, timeout: float = 120) -> str:
+    """``argv`` in ``project`` (with ``env`` instead of this process's environment, if given),
+    which must end well: its stdout."""
+    done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(map(str, argv))}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 
 

@@ -6,14 +6,13 @@ tool's steps took is printed (not held to a bound here: a benchmark's job)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
-from support import GIT_ENV, require
+from support import GIT_ENV, require, run_in
 
 from orchestrator import __version__
 
@@ -38,40 +37,36 @@ stages:
 """
 
 
-def run(argv: list[str], cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
-
-
 def test_a_fresh_project_adopts_the_installed_wheel_as_the_readme_says(tmp_path, wheel_venv):
     require("shellcheck")  # render --check runs it on every script
     venv, project = wheel_venv, tmp_path / "my-project"
     env = {**os.environ, **GIT_ENV, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PYTHONPATH", None)
-    where = run([venv / "bin/python", "-c", "import orchestrator; print(orchestrator.__file__, orchestrator.__version__)"], tmp_path, env)
-    assert str(venv) in where.stdout and __version__ in where.stdout, where.stdout  # the wheel's copy, not this checkout
+    which = "import orchestrator; print(orchestrator.__file__, orchestrator.__version__)"
+    where = run_in(tmp_path, venv / "bin/python", "-c", which, env=env)
+    assert str(venv) in where and __version__ in where, where  # the wheel's copy, not this checkout
 
     project.mkdir()
+    run = functools.partial(run_in, project, env=env, timeout=600)  # a limit for a hang only
     (project / "train.py").write_text(TRAIN)
     (project / "dvc.yaml").write_text(DVC_YAML)
     (project / "params.yaml").write_text("train:\n  lr: 0.25\n")
     for argv in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-q", "-m", "mine"]):
-        run(argv, project, env)
+        run(*argv)
 
     started = time.monotonic()
-    init = run(["orchestrator", "init", "--wrap-all"], project, env)
-    assert "train" in init.stdout + init.stderr
+    init = run("orchestrator", "init", "--wrap-all")
+    assert "train" in init
     assert "orchestrator run -- python3 train.py" in (project / "dvc.yaml").read_text()
-    rendered = run(["orchestrator", "render", "--check"], project, env)
-    assert "1 script(s) for local and checked" in rendered.stdout, rendered.stdout
-    run(["dvc", "repro"], project, env)
-    shown = run(["dvc", "metrics", "show", "--json"], project, env)
+    rendered = run("orchestrator", "render", "--check")
+    assert "1 script(s) for local and checked" in rendered, rendered
+    run("dvc", "repro")
+    shown = run("dvc", "metrics", "show", "--json")
     took = time.monotonic() - started
     print(f"init, render --check, dvc repro and dvc metrics show: {took:.1f} s")
 
     assert json.loads((project / "metrics.json").read_text()) == {"score": 0.5}
-    assert "0.5" in shown.stdout
+    assert "0.5" in shown
     # Declared by --wrap-all beside the metrics (cache: false, as the metrics): committed with them, never a stray file.
     assert (project / "provenance.json").is_file() and "provenance.json" in (project / "dvc.yaml").read_text()
-    assert run(["dvc", "status"], project, env).stdout.strip() in ("", "Data and pipelines are up to date.")
+    assert run("dvc", "status").strip() in ("", "Data and pipelines are up to date.")
