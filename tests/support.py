@@ -405,6 +405,14 @@ def run_orchestrator(*args: str, cwd: Path, env: dict | None = None, timeout: fl
     )
 
 
+def run_in(project: Path, *argv: str | Path, env: Mapping[str, str] | None = None, timeout: float = 120) -> str:
+    """``argv`` in ``project`` (with ``env`` instead of this process's environment, if given),
+    which must end well: its stdout."""
+    done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(map(str, argv))}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
 def container_cli(*args: str, cwd: Path = ROOT, timeout: float = 3600) -> tuple[subprocess.CompletedProcess, float]:
     """`orchestrator container ARGS` in a fresh process, and the CPU seconds it and its children took
     (Python's start-up included). CPU, not wall time: beside the whole suite a 0.4-second no-op check
@@ -551,14 +559,6 @@ def write_operators(path: Path, rows: dict[str, tuple[float, float]], steps: int
 
 
 # --- the Slurm testbed -----------------------------------------------------------------------
-
-
-def run_in(project: Path, *argv: str | Path, env: Mapping[str, str] | None = None, timeout: float = 120) -> str:
-    """``argv`` in ``project`` (with ``env`` instead of this process's environment, if given),
-    which must end well: its stdout."""
-    done = subprocess.run(argv, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(map(str, argv))}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
 
 
 def dvc(project: Path, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
