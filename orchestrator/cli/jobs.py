@@ -205,6 +205,12 @@ def record(targets: tuple[str, ...], cluster: str | None, project: Path) -> None
     repro` would start an `orchestrator run` per stage; the lock is the one `dvc repro`
     writes. Failed items are listed with their job and log; unfinished ones are left.
     The recording job of `orchestrator submit` runs it, then `dvc repro` for the rest.
+
+    It is also the way back, on every profile, when a DVC process killed while it wrote
+    dvc.lock or .dvc/tmp/rwlock left one cut short (DVC then stops on it: "'./dvc.lock'
+    validation failed", "Unable to read RWLock-file"): the last readable dvc.lock is put
+    back (the cut file kept in .orchestrator/kept/cut/) and the items that finished
+    since are recorded from the ledger. Then `dvc repro` goes on.
     """
     from orchestrator.jobs import record as rec
     from orchestrator.util.runner import SubprocessRunner

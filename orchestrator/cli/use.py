@@ -79,6 +79,10 @@ def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tupl
     if print_only:
         click.echo(shlex.join(command))
         return
+    from orchestrator.pipeline import dvcfiles
+
+    dvcfiles.require_readable(project)  # DVC would stop on it with its own words, not the way back
+    dvcfiles.keep(project)  # -S rewrites params.yaml in place: a readable copy first
     click.echo(f"orchestrator: {shlex.join(command)}", err=True)
     try:
         done = subprocess.run(command, cwd=project, check=False)

@@ -9,13 +9,13 @@ is written or submitted here. :mod:`~orchestrator.jobs.detached` submits a batch
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.config import params
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
-from orchestrator.pipeline import fingerprint, invocation, stages
+from orchestrator.pipeline import dvcfiles, fingerprint, invocation, stages
 from orchestrator.scripts.plan import Plan
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import State
@@ -72,9 +72,19 @@ class Batch:
         return found
 
 
-def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), force: bool = False, label: str = "") -> Batch:
+def stale(
+    root: Path,
+    cluster: str | None,
+    runner: Runner,
+    targets: Sequence[str] = (),
+    force: bool = False,
+    label: str = "",
+    mend: Callable[[str], None] | None = None,
+) -> Batch:
     """The stale orchestrated items of ``targets`` in the workspace ``root``, planned (one
-    load of the DVC project); nothing is written or submitted."""
+    load of the DVC project); nothing is written or submitted, except with ``mend``: DVC's
+    files a killed process cut short are then mended (:func:`dvcfiles.mend`, saying so
+    through it) once the profile is known to take the submission, else they are refused."""
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
@@ -86,6 +96,10 @@ def stale(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str
             hints=["run the pipeline here with `dvc repro`, or pick a Slurm profile with --cluster"],
         )
     stages.check_lock(root)
+    if mend is not None:
+        dvcfiles.mend(root, runner, mend)
+    else:
+        dvcfiles.require_readable(root)
     # DVC names stages relative to the working directory, as `dvc -C` would run: from the project.
     try:
         with files.chdir(root), Repo(str(root)) as repo:

@@ -34,7 +34,6 @@ from orchestrator.jobs.batch import Batch, ItemJob, levels, stale, unplannable
 from orchestrator.jobs.recorder import RECORD_ITEM, RecordingJob, submit_recorder
 from orchestrator.jobs.waves import deferred as waves_left
 from orchestrator.jobs.waves import ended_since, followed, followed_in
-from orchestrator.pipeline import dvclock
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.slurm import commands
@@ -63,9 +62,7 @@ def submit(
     import time
 
     now = now or time.time
-    if dvclock.mend(root):  # an earlier submit killed while DVC wrote its lock file
-        say(f"{root / '.dvc/tmp/rwlock'} was cut short by a killed DVC process: reset to an empty lock")
-    batch = stale(root, cluster, runner, targets, force)
+    batch = stale(root, cluster, runner, targets, force, mend=say)  # an earlier submit or repro may have been killed mid-write
     if found := unplannable(batch.ws, targets):
         raise PlanError(f"cannot submit to {batch.ws.cluster}: nothing was submitted", [f"{who}: {why}" for who, why in found])
     backend = backends.SbatchBackend(root, runner, batch.ws.profile.profile.scheduler.cluster_name)

@@ -21,7 +21,7 @@ from orchestrator.config.profile_schema import LoadedProfile
 from orchestrator.errors import JobFailed, PipelineError, PlanError
 from orchestrator.jobs import backends, experiment, faults, ledger, provenance, together
 from orchestrator.jobs.submission import Submission, SubmitOutcome, attach_or_submit, bring_outputs
-from orchestrator.pipeline import fingerprint, invocation, stages
+from orchestrator.pipeline import dvcfiles, fingerprint, invocation, stages
 from orchestrator.scripts import render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.plan import Form, Plan
@@ -105,6 +105,9 @@ def run_item(
     ws = Workspace.open(ctx.root, cluster, runner, form)
     if ctx.from_dvc:  # DVC resolved this item from params.yaml: from the cluster's values, or nothing runs
         params.require_switched(params.load(ctx.root), ws.cluster, "run")
+        # DVC waits for this stage: its files are whole now, and the copy is the way back
+        # should DVC be killed while it writes them after this stage.
+        dvcfiles.keep(ctx.root)
     # Inside `dvc repro` the item as DVC resolves it (its deps and outs are staged);
     # by hand, an ad-hoc job that runs where it is.
     item = stages.resolve_one(ctx.root, ctx.item, ws.overlay) if ctx.from_dvc else None
@@ -243,6 +246,7 @@ def _identity(
 
             return fingerprint.Fingerprinter(ctx.root, stage_of, script_of, fingerprint.producers(ctx.root)).of(ctx.item), outs, metrics
     except DvcException as exc:
+        dvcfiles.require_readable(ctx.root)  # a cut-short file of DVC's is said as such, naming the way back
         raise PipelineError(f"DVC cannot read stage {ctx.item!r}", stages.dvc_problems(exc)) from exc
 
 

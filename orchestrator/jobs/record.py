@@ -12,21 +12,29 @@ dvc.lock in one dump per dvc.yaml: the lock ``dvc repro`` writes for the same ou
 Failed, cancelled and still-running items are left as they are (listed, with the job
 and its log); a ``dvc repro`` afterwards finds the recorded items up to date and runs
 what is downstream.
+
+It is also the way back after a process killed while DVC wrote its own files
+(:mod:`orchestrator.pipeline.dvcfiles`), on every profile: those are mended first, and
+the items that finished since the last readable dvc.lock are recorded from the ledger.
+On a profile without a scheduler a job is a process of the run that started it, so its
+state is the ledger's: a process that ended without recording one was cut off with its
+run, and ``dvc repro`` runs that item again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.analysis import energy
-from orchestrator.errors import OrchestratorError, PipelineError
+from orchestrator.errors import PipelineError
 from orchestrator.jobs import backends, ledger, provenance, submission
-from orchestrator.pipeline import dvclock, fingerprint, stages
+from orchestrator.pipeline import dvcfiles, fingerprint, stages
 from orchestrator.scripts.workspace import Workspace
-from orchestrator.slurm.states import State
+from orchestrator.slurm.states import JobInfo, State
 from orchestrator.util import files
 from orchestrator.util.runner import Runner
 
@@ -43,17 +51,17 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
     from dvc.exceptions import DvcException
     from dvc.repo import Repo, lock_repo
 
-    ws = Workspace.open(root, cluster, runner, form="sbatch")  # the form `submit` rendered
-    if not ws.profile.profile.uses_slurm:
-        raise OrchestratorError(
-            f"`orchestrator record` records Slurm jobs; profile {ws.cluster!r} has no scheduler", hints=["run `dvc repro` here"]
-        )
-    backend = backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name)
+    stages.check_lock(root)
+    dvcfiles.mend(root, runner, say)  # a process killed while DVC wrote its files (a submit, a repro, an earlier record)
+    ws = Workspace.open(root, cluster, runner)
+    slurm = ws.profile.profile.uses_slurm
+    if slurm:
+        ws = dataclasses.replace(ws, form="sbatch")  # the form `submit` rendered
+    backend: backends.Backend = (
+        backends.SbatchBackend(root, runner, ws.profile.profile.scheduler.cluster_name) if slurm else backends.ProcessBackend(root, runner)
+    )
     book = ledger.Ledger(root)
     found = Recorded()
-    stages.check_lock(root)
-    if dvclock.mend(root):  # a process killed while DVC wrote its lock file (a submit, a repro, an earlier record)
-        say(f"{root / '.dvc/tmp/rwlock'} was cut short by a killed DVC process: reset to an empty lock")
     try:
         # DVC names stages relative to the working directory: from the project, as `dvc -C`.
         with files.chdir(root), Repo(str(root)) as repo, lock_repo(repo):
@@ -77,17 +85,23 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                     latest[stage.addressing] = (stage, rec)
             # The recording job starts as the last job ends, before the accounting may have it: asked again.
             ids = [rec.job_id for _, rec in latest.values()]
-            infos = submission.lookup(backend, ids, live=[rec.job_id for _, rec in latest.values() if rec.state.active])
+            if slurm:
+                infos = submission.lookup(backend, ids, live=[rec.job_id for _, rec in latest.values() if rec.state.active])
+            else:
+                infos = _processes(backend, [rec for _, rec in latest.values()])
             # Their cluster's accounting (every run's time and energy), kept in the provenance of
             # those that write metrics: one more sacct for all of them.
             kept = [r.job_id for st, r in latest.values() if any(o.metric for o in st.outs) and _completed(infos.get(r.job_id))]
-            acct = energy.query_accounting(runner, kept) if kept else None
+            acct = energy.query_accounting(runner, kept) if kept and slurm else None
             to_dump: dict[Any, list] = {}  # DVC's dvc.yaml files (DVC has no types) and their stages
             for name, (stage, rec) in latest.items():
                 info = infos.get(rec.job_id)
                 state = info.state if info else rec.state
                 if state.active or info is None:
                     found.unfinished.append((name, f"job {rec.job_id} {state.value}"))
+                    continue
+                if not slurm and info.state == State.UNKNOWN:
+                    found.unfinished.append((name, f"process {rec.job_id} ended with the run that started it; `dvc repro` runs it again"))
                     continue
                 with book.locked(name) as records:
                     records.update(rec.job_id, state=info.state, exit_code=info.exit_code, elapsed_s=info.elapsed_s)
@@ -110,7 +124,18 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                 dvcfile.dump_stages(changed, update_pipeline=False)  # one write of dvc.lock for all of them
     except DvcException as exc:
         raise PipelineError("DVC cannot record the finished items", stages.dvc_problems(exc, root)) from exc
+    dvcfiles.keep(root)
     return found
+
+
+def _processes(backend: backends.Backend, records: Sequence[ledger.Record]) -> dict[str, JobInfo]:
+    """The jobs of a profile without a scheduler: an ended one as its ledger entry says (its
+    process is gone, and only the run that waited for it knew how it ended); an active one
+    as its process is (running, or ended unrecorded: UNKNOWN)."""
+    ended = {
+        r.job_id: JobInfo(r.job_id, r.state, "process", exit_code=r.exit_code, elapsed_s=r.elapsed_s) for r in records if not r.state.active
+    }
+    return {**ended, **backend.query([r.job_id for r in records if r.state.active])}
 
 
 def _completed(info) -> bool:

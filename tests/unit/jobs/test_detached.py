@@ -346,3 +346,21 @@ def test_a_bad_next_wave_is_one_message_and_nothing_is_submitted(root, args, mes
     done = invoke(*args, "--project", str(root))
     assert done.exit_code == 2 and message in done.output and "Traceback" not in done.output, done.output
     assert not (root / ".orchestrator/ledger").exists()  # nothing submitted
+
+
+def test_submit_mends_a_cut_dvc_lock_once_the_profile_takes_jobs_and_not_before(root):
+    """A dvc.lock a killed `dvc repro` cut short: `submit` puts back the last readable copy and
+    says so; with a profile that cannot submit, it refuses first and changes nothing."""
+    from orchestrator.pipeline import dvcfiles
+
+    whole = "schema: '2.0'\nstages:\n  solo:\n    cmd: python solo.py\n"
+    (root / "dvc.lock").write_text(whole)
+    dvcfiles.keep(root)
+    (root / "dvc.lock").write_text("schema: '2.0'\nstages:\n  pre")
+    with pytest.raises(OrchestratorError, match="has no scheduler"):
+        detached.submit(root, "local", FakeSlurm().runner, say=print)
+    assert (root / "dvc.lock").read_text().endswith("  pre") and not (root / dvcfiles.CUT_DIR).exists()
+    slurm = FakeSlurm()
+    rows, lines = submit(root, slurm)
+    assert lines[0].startswith(f"{root / 'dvc.lock'} could not be read") and "put back the last readable copy" in lines[0], lines
+    assert (root / "dvc.lock").read_text() == whole and len(slurm.sbatch_calls()) == 4

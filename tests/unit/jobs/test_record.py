@@ -78,6 +78,37 @@ def test_a_lock_file_cut_short_by_a_killed_dvc_process_does_not_stop_the_record(
     assert found.recorded == ["solo"] and "solo" in yaml.safe_load((root / "dvc.lock").read_text())["stages"], found
 
 
+def test_a_dvc_lock_cut_short_is_put_back_from_the_copy_kept_and_what_finished_since_recorded(root):  # noqa: F811
+    """`dvc repro` killed while DVC dumped dvc.lock: DVC refuses every command until the lock is
+    whole. `record` puts back the copy an earlier command kept (the cut file moved aside) and
+    records the item that finished since from the ledger."""
+    from orchestrator.pipeline import dvcfiles
+
+    slurm = FakeSlurm()
+    rows, _ = submit(root, slurm)
+    jobs = {r.item: r.job_id for r in rows}
+    (root / "data").mkdir()
+    (root / "data/x.txt").write_text("prep output\n")
+    slurm.states[jobs["prep"]] = "COMPLETED"
+    record.record(root, None, slurm.runner, say=lambda line: None)
+    kept = (root / "dvc.lock").read_text()
+    assert (root / dvcfiles.KEPT_DIR / "dvc.lock").read_text() == kept  # record keeps what it wrote
+    slurm.states[jobs["solo"]] = "COMPLETED"
+    (root / "solo").mkdir()
+    (root / "solo/result.txt").write_text("done\n")
+    (root / "dvc.lock").write_text(kept + "  so")  # DVC was adding solo's entry when it was killed
+    with pytest.raises(PipelineError) as refused:
+        dvcfiles.require_readable(root)
+    assert "run `orchestrator record`" in refused.value.render()
+    said: list[str] = []
+    found = record.record(root, None, slurm.runner, say=said.append)
+    assert "dvc.lock could not be read" in said[0] and "put back the last readable copy (kept " in said[0], said
+    assert found.recorded == ["solo"] and found.up_to_date == ["prep"], found
+    assert set(yaml.safe_load((root / "dvc.lock").read_text())["stages"]) == {"prep", "solo"}
+    (aside,) = (root / dvcfiles.CUT_DIR).iterdir()
+    assert aside.read_text() == kept + "  so"
+
+
 def test_a_job_missing_from_slurm_for_a_moment_is_asked_for_again(root, monkeypatch):  # noqa: F811
     """The recording job starts as the last job ends: slurmdbd may not have it yet, and the
     controller no longer lists it. Asked again after a pause, it is recorded, not left 'pending'."""
