@@ -198,7 +198,8 @@ def sweep(
 @click.argument("targets", nargs=-1)
 @cluster_option()
 @project_option
-def record(targets: tuple[str, ...], cluster: str | None, project: Path) -> None:
+@remote_option
+def record(targets: tuple[str, ...], cluster: str | None, project: Path, remote: bool) -> None:
     """Record in dvc.lock every orchestrated item of TARGETS whose job succeeded.
 
     One load of the DVC project and one scheduler query for all items, where `dvc
@@ -212,6 +213,8 @@ def record(targets: tuple[str, ...], cluster: str | None, project: Path) -> None
     back (the cut file kept in .orchestrator/kept/cut/) and the items that finished
     since are recorded from the ledger. Then `dvc repro` goes on.
     """
+    if remote:
+        return run_remote(project, cluster, forwarded("record", [], targets))
     from orchestrator.jobs import record as rec
     from orchestrator.util.runner import SubprocessRunner
 

@@ -57,12 +57,17 @@ def lock_problem(text: str) -> str | None:
     try:
         COMPILED_LOCKFILE_SCHEMA(parse_yaml(text, LOCK_FILE) or {})
     except Exception as exc:  # noqa: BLE001 - YAML's, voluptuous' and DVC's errors alike mean "unreadable"
-        cause = getattr(exc, "__cause__", None) or exc
-        mark, problem = getattr(cause, "problem_mark", None), getattr(cause, "problem", None)
-        if mark is not None and problem:
-            return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
-        return " ".join(str(cause).split())[:200] or type(exc).__name__
+        return _said(exc)
     return None
+
+
+def _said(exc: Exception) -> str:
+    """DVC's parse or schema error in one short line: the YAML problem and where, else the words."""
+    cause = getattr(exc, "__cause__", None) or exc
+    mark, problem = getattr(cause, "problem_mark", None), getattr(cause, "problem", None)
+    if mark is not None and problem:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(cause).split())[:200] or type(exc).__name__
 
 
 def cut_problem(text: str) -> str | None:
@@ -73,6 +78,23 @@ def cut_problem(text: str) -> str | None:
     if not (text.startswith(_HEAD) or _HEAD.startswith(text)):
         return None
     return lock_problem(text)
+
+
+def surely_cut(text: str) -> str | None:
+    """Why ``text``, a dvc.lock from elsewhere (a cluster's, read as plain data whatever DVC's
+    schema says), is surely one DVC did not finish writing, or None: it is a prefix of a lock
+    as DVC writes it that is not whole YAML, or does not end its last line."""
+    if not (text.startswith(_HEAD) or _HEAD.startswith(text)):
+        return None
+    if not text.endswith("\n"):
+        return "it ends mid-line"
+    from dvc.utils.serialize import parse_yaml
+
+    try:
+        parse_yaml(text, LOCK_FILE)
+    except Exception as exc:  # noqa: BLE001 - any YAML error
+        return _said(exc)
+    return None
 
 
 # How every dvc.lock DVC 3 writes begins (its schema key first, then the stages).

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from orchestrator.pipeline import dvcfiles
 from orchestrator.remote import trust
 from orchestrator.remote.checkout import LOCK_NAME
 from orchestrator.remote.shared import Puller, default_remote
@@ -289,6 +290,12 @@ def fetch(
 ) -> list[FetchResult]:
     """Fetch the chosen stages of the cluster's lock ``lock_text`` into ``project`` (see the module's
     docstring). ``push``: how to push there, for a DVC remote both sides share; None: rsync only."""
+    if problem := dvcfiles.surely_cut(lock_text):
+        raise FetchError(
+            f"the cluster's dvc.lock at {where} was cut short by a DVC process killed while it wrote it ({problem}): nothing fetched",
+            hints=["`orchestrator record --remote` puts back its last readable copy there and records what finished since"],
+        )
+    dvcfiles.require_readable(project)
     stages = parse_lock(lock_text, where)
     if not stages and not targets:
         raise FetchError(f"the cluster's dvc.lock at {where} has no stages: nothing has finished there yet")

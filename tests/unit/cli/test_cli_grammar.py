@@ -35,7 +35,7 @@ def test_every_command_with_remote_takes_cluster():
     assert not missing, f"--remote without --cluster: {missing}"
 
 
-@pytest.mark.parametrize("argv", [["status"], ["logs", "item"], ["show", "item"], ["cancel"]])
+@pytest.mark.parametrize("argv", [["status"], ["logs", "item"], ["show", "item"], ["cancel"], ["record"]])
 def test_remote_job_commands_reach_the_cluster_they_are_given(monkeypatch, tmp_path, argv):
     monkeypatch.chdir(tmp_path)
     reached: list[str | None] = []

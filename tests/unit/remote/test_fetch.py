@@ -630,3 +630,23 @@ def test_verified_outs_are_declared_outs_inside_the_project_or_an_orchestrator_e
     for out in outs:
         assert out.path in declared and out.declared == declared[out.path].path
         assert (root / out.path).resolve().is_relative_to(root) and trust.MD5.fullmatch(out.md5)
+
+
+@pytest.mark.parametrize("side", ["the cluster's", "this side's"])
+def test_a_dvc_lock_cut_short_by_a_killed_dvc_process_names_orchestrator_record(cluster, tmp_path, side):
+    """dvc.lock as a DVC process killed mid-write leaves it (a prefix of what DVC writes): the
+    one command that mends it, on the side that has it, and nothing moved."""
+    here = project(tmp_path / "ws")
+    cut = "schema: '2.0'\nstages:\n  train@1:\n    cmd: [x"
+    calls: list = []
+    if side == "this side's":
+        (here / "dvc.lock").write_text(cut)
+        with pytest.raises(OrchestratorError) as caught:
+            run_fetch(here, cluster, copy=copier(cluster, calls))
+        assert "run `orchestrator record`" in caught.value.render() and (here / "dvc.lock").read_text() == cut
+    else:
+        with pytest.raises(fetching.FetchError) as caught:
+            fetching.fetch(here, cut, "login:/c", [], ["train"], copier(cluster, calls), print)
+        assert "the cluster's dvc.lock at login:/c was cut short" in caught.value.headline
+        assert "`orchestrator record --remote`" in caught.value.render() and not (here / "dvc.lock").exists()
+    assert calls == [] and caught.value.exit_code == 2
