@@ -155,10 +155,12 @@ def sweep(
 
     if with_changes and not remote:
         raise OrchestratorError("--with-changes goes with --remote (it says what to send to the login node)")
+    if name is not None:
+        sw.check_name(name)  # before anything is read or sent: an empty name is refused, not dropped
     if remote:
         _require_switched(project, cluster)
         given = [f"--cluster={cluster}"] if cluster else []
-        given += [f"--set-param={s}" for s in sets] + ([f"--name={name}"] if name else [])
+        given += [f"--set-param={s}" for s in sets] + ([f"--name={name}"] if name is not None else [])
         given += [f"--record={record_name}"] if record_name is not None else []
         return run_remote(project, cluster, forwarded("sweep", given, targets), sync=record_name is None, with_changes=with_changes)
     from orchestrator.util.runner import SubprocessRunner

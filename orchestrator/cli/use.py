@@ -34,6 +34,7 @@ def use(cluster: str, project: Path) -> None:
     back. `orchestrator render --cluster CLUSTER` shows the result first.
     """
     _not_empty(cluster)
+    _known(cluster)
     path = project / params.PARAMS_FILE
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: `orchestrator use` switches the values in a project's {params.PARAMS_FILE}")
@@ -69,12 +70,27 @@ def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tupl
     """`dvc exp run DVC_ARGS` with -S for each of the cluster's values.
 
     `orchestrator exp run --cluster lumi -n on-lumi`: the experiment's params.yaml holds
-    them (dvc exp show); as with any dvc exp run, the workspace keeps them unless --temp or --queue."""
+    them (dvc exp show); as with any dvc exp run, the workspace keeps them unless --temp or --queue.
+    --cluster, --print and --project are this command's wherever they stand before a `--`;
+    a -S of yours for a key the cluster sets wins over the cluster's value (said). An unknown
+    cluster is refused before DVC runs.
+    """
+    dvc_args, ours = _own_options(dvc_args)
+    cluster = ours.get("cluster", cluster)
+    print_only = print_only or "print" in ours
+    project = Path(ours.get("project", project))
+    if cluster is not None:
+        _not_empty(cluster)
     prm = params.load(project)
     name = cluster or prm.named_cluster(None)
     if not name:
         raise OrchestratorError("no cluster given: name the one whose values the experiment runs with, e.g. --cluster lumi")
+    _known(name)
     sets = params.dvc_sets(prm, name)
+    theirs = _set_keys(dvc_args)
+    for given in [s for s in sets if _set_key(s) in theirs]:
+        click.echo(f"orchestrator: your -S {_set_key(given)}=... wins over {name}'s ({given})", err=True)
+    sets = [s for s in sets if _set_key(s) not in theirs]
     command = ["dvc", "exp", "run", *dvc_args, *(arg for s in sets for arg in ("-S", s))]
     if print_only:
         click.echo(shlex.join(command))
@@ -89,6 +105,60 @@ def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tupl
     except FileNotFoundError:
         raise OrchestratorError("dvc is not installed here (the dvc command was not found)") from None
     sys.exit(done.returncode)
+
+
+def _own_options(args: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``exp run``'s own options that stand among DVC's arguments (`-n x --print`), taken out,
+    up to a ``--`` (after it, everything is DVC's). DVC's ``exp run`` has none of these names."""
+    rest: list[str] = []
+    ours: dict[str, str] = {}
+    words = list(args)
+    while words:
+        word = words.pop(0)
+        if word == "--":
+            rest += [word, *words]
+            break
+        name, eq, value = word.partition("=")
+        if word == "--print":
+            ours["print"] = ""
+        elif name in ("--cluster", "--project") and eq:
+            ours[name[2:]] = value
+        elif word in ("--cluster", "--project"):
+            if not words:
+                raise click.UsageError(f"{word} needs a value")
+            ours[word[2:]] = words.pop(0)
+        else:
+            rest.append(word)
+    return tuple(rest), ours
+
+
+def _set_key(override: str) -> str:
+    """The key a Hydra override (``-S`` value) sets: ``+a.b=1``, ``a.b=1``, ``file:a.b=1``."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key.split(":", 1)[1] if ":" in key and not key.startswith(("/", ".")) else key
+
+
+def _set_keys(args: tuple[str, ...]) -> set[str]:
+    """The keys the user's own ``-S``/``--set-param`` among ``args`` set."""
+    found = set()
+    for i, word in enumerate(args):
+        if word == "--":
+            break
+        if word in ("-S", "--set-param") and i + 1 < len(args):
+            found.add(_set_key(args[i + 1]))
+        elif word.startswith("--set-param="):
+            found.add(_set_key(word.split("=", 1)[1]))
+        elif word.startswith("-S") and len(word) > 2:
+            found.add(_set_key(word[2:]))
+    return found
+
+
+def _known(cluster: str) -> None:
+    """ProfileError (exit 2, the valid choices) unless ``cluster`` names a profile: checked
+    before anything is written or sent, not at the next render."""
+    from orchestrator.config import profile
+
+    profile.load(cluster)
 
 
 def _not_empty(cluster: str) -> None:

@@ -245,3 +245,12 @@ def test_every_group_gives_whole_summaries(group):
     shown = invoke(group, "--help").output
     listed = shown.split("Commands:")[1]
     assert "..." not in listed.replace("COMMAND...", ""), listed
+
+
+@pytest.mark.parametrize("remote", [[], ["--remote"]])
+def test_an_empty_sweep_name_is_refused_not_made_a_default(monkeypatch, tmp_path, remote):
+    monkeypatch.chdir(tmp_path)
+    reached: list = []
+    monkeypatch.setattr("orchestrator.cli.jobs.run_remote", lambda *a, **kw: reached.append(a))
+    result = invoke("sweep", "-S", "lr=1,2", "--name", "", *remote)
+    assert result.exit_code == 2 and "sweep name ''" in result.output and reached == [], result.output

@@ -113,3 +113,34 @@ def test_exp_run_prints_dvc_exp_run_with_the_values(tmp_path):
         "dvc exp run -n on-lumi -S orchestrator.cluster=lumi -S orchestrator.image=lumi -S 'lm.models=[large]' -S lm.steps=2000"
     )
     assert (tmp_path / "params.yaml").read_text() == PARAMS
+
+
+@pytest.mark.parametrize("argv", [["use", "nosuchcluster"], ["exp", "run", "--cluster", "nosuch", "--print"]])
+def test_an_unknown_cluster_is_refused_with_the_valid_ones_and_nothing_written(tmp_path, argv):
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    result = CliRunner().invoke(main, [*argv, "--project", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown cluster" in result.output and "built-in profiles: " in result.output, result.output
+    assert "Traceback" not in result.output and (tmp_path / "params.yaml").read_text() == PARAMS
+
+
+def test_exp_runs_own_options_are_its_own_wherever_they_stand(tmp_path):
+    """`--print` (or `--cluster`) after a DVC argument is still ours: nothing runs."""
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    result = CliRunner().invoke(main, ["exp", "run", "--project", str(tmp_path), "-n", "on-lumi", "--cluster=lumi", "--print"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("dvc exp run -n on-lumi -S orchestrator.cluster=lumi ") and "--print" not in result.output
+    from orchestrator.cli.use import _own_options
+
+    # After `--` every word is DVC's, as written.
+    assert _own_options(("-n", "x", "--", "--print", "--cluster", "c")) == (("-n", "x", "--", "--print", "--cluster", "c"), {})
+    assert _own_options(("--project", "p", "-n", "x")) == (("-n", "x"), {"project": "p"})
+
+
+def test_a_users_own_set_of_a_key_the_cluster_sets_wins_and_is_said(tmp_path):
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    result = CliRunner().invoke(main, ["exp", "run", "--cluster", "lumi", "--print", "--project", str(tmp_path), "-S", "lm.steps=5"])
+    assert result.exit_code == 0, result.output
+    assert "your -S lm.steps=... wins over lumi's (lm.steps=2000)" in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "dvc exp run -S lm.steps=5 -S orchestrator.cluster=lumi -S orchestrator.image=lumi -S 'lm.models=[large]'"
+    )
