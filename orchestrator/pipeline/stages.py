@@ -31,6 +31,9 @@ LOCK_FILE = "dvc.lock"
 MAX_LOCK_BYTES = 1 << 30
 # Written by the jobs beside each metrics file of a finished item, read by the report.
 PROVENANCE_FILE = "provenance.json"
+# A shell assignment (`FOO=1`): before a command, the shell sets it; as the first word after
+# `orchestrator run --`, nothing would start (no program has that name).
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 # A stage whose cmd starts so is a job of ours (runargs.run_args_of reads its words).
 _RUN = re.compile(r"\s*(\S*/)?(orchestrator|python[0-9.]*\s+-m\s+orchestrator)\s+run(\s|$)")
 
@@ -306,9 +309,21 @@ def jobs(items: Sequence[Item]) -> tuple[list[Job], list[tuple[str, str]]]:
                 problems.append((f"stage {item.group}", persist_problem(item.removable) + f" (e.g. in {item.name})"))
             continue
         try:
-            found.append(Job(item, parse(args)))
+            job = Job(item, parse(args))
         except PipelineError as exc:
             problems.append((item.name, exc.headline))
+            continue
+        if job.spec.command and ASSIGNMENT.match(job.spec.command[0]):
+            word = job.spec.command[0]
+            problems.append(
+                (
+                    item.name,
+                    f"its command starts with {word.split('=', 1)[0]}=..., a shell assignment, which no job can start "
+                    f"(the words after `--` are a program and its arguments): write `orchestrator run -- env {word} ...`",
+                )
+            )
+            continue
+        found.append(job)
     return found, problems
 
 

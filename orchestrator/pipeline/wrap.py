@@ -28,7 +28,7 @@ from typing import Any
 
 from orchestrator.config.params import PARAMS_FILE
 from orchestrator.errors import PipelineError
-from orchestrator.pipeline import cmdline
+from orchestrator.pipeline import cmdline, stages
 from orchestrator.pipeline.stages import _RUN, PIPELINE_FILE, PROVENANCE_FILE
 
 PREFIX = "orchestrator run --"
@@ -197,17 +197,30 @@ def _apply(
             stage["outs"].append(entry)
 
 
+def head(cmd: str) -> str:
+    """What goes before ``cmd`` to wrap it: :data:`PREFIX`, and ``env`` where the command starts
+    with shell assignments (``FOO=1 python x.py``). DVC runs a stage's cmd through a shell,
+    but ``orchestrator run`` starts the words after ``--`` as a program, where ``FOO=1`` would
+    be a program of that name; env sets them as the shell would have."""
+    return f"{PREFIX} env" if stages.ASSIGNMENT.match(cmd.lstrip()) else PREFIX
+
+
+def wrapped(cmd: str) -> str:
+    return f"{head(cmd)} {cmd}"
+
+
 def _styled_cmd(cmd: Any) -> Any:
     """``orchestrator run -- CMD`` in the style the user wrote CMD: a folded block keeps its
     lines (the prefix a line of its own), a literal block and quotes stay as they were."""
     from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString, ScalarString
 
-    text = f"{PREFIX} {cmd}"
+    first = head(str(cmd))
+    text = f"{first} {cmd}"
     if isinstance(cmd, FoldedScalarString):
         new = FoldedScalarString(text)
         # Each fold is a space of the text written as a line break: the old ones moved by the
         # prefix, and one after it, so the prefix stands on its own line as in the shipped dvc.yaml.
-        new.fold_pos = [len(PREFIX), *(p + len(PREFIX) + 1 for p in getattr(cmd, "fold_pos", []))]
+        new.fold_pos = [len(first), *(p + len(first) + 1 for p in getattr(cmd, "fold_pos", []))]
         return new
     if isinstance(cmd, LiteralScalarString):
         return LiteralScalarString(text)  # on the command's first line: a line break here would end the command
@@ -260,7 +273,7 @@ def rewrite(text: str, data: Any, names: Sequence[str], cluster_param: bool = Tr
         )
     yaml, doc = found
     expected = copy.deepcopy(data)
-    _apply(expected, names, dict, list, lambda cmd: f"{PREFIX} {cmd}", list, cluster_param)
+    _apply(expected, names, dict, list, wrapped, list, cluster_param)
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
     def flow_seq() -> CommentedSeq:

@@ -345,3 +345,20 @@ def test_render_check_passes_on_what_init_wrote_for_a_cluster(tmp_path):
     done = invoke("render", "--project", str(root), "--check", "--no-shellcheck")
     assert done.exit_code == 0, done.output
     assert "2 script(s) for lumi and checked" in done.output
+
+
+def test_wrap_keeps_leading_assignments_working_and_render_check_refuses_them_bare(tmp_path):
+    """`FOO=1 python3 x.py` is a common way to write a stage: DVC's shell sets FOO. After
+    `orchestrator run --` the words are a program and its arguments, so init puts `env` first;
+    a cmd wrapped by hand without it is refused by `render --check`, naming the fix."""
+    root = project(tmp_path, **{"dvc.yaml": "stages:\n  train:\n    cmd: FOO=1 BAR='a b' python train.py\n"})
+    dvc_init(root, scm=False)
+    done = invoke("init", "--project", str(root), "--wrap", "train")
+    assert done.exit_code == 0, done.output
+    assert "    cmd: orchestrator run -- env FOO=1 BAR='a b' python train.py\n" in (root / "dvc.yaml").read_text()
+    checked = invoke("render", "--project", str(root), "--check", "--no-shellcheck")
+    assert checked.exit_code == 0, checked.output
+    (root / "dvc.yaml").write_text((root / "dvc.yaml").read_text().replace("-- env FOO=1", "-- FOO=1"))
+    refused = invoke("render", "--project", str(root), "--check", "--no-shellcheck")
+    assert refused.exit_code == 2 and "its command starts with FOO=..., a shell assignment" in refused.output, refused.output
+    assert "orchestrator run -- env FOO=1 ..." in refused.output
