@@ -35,7 +35,9 @@ def use(cluster: str, project: Path) -> None:
     """
     _not_empty(cluster)
     _known(cluster)
-    path = project / params.PARAMS_FILE
+    from orchestrator.util import files
+
+    path = files.edit_target(project, project / params.PARAMS_FILE)
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: `orchestrator use` switches the values in a project's {params.PARAMS_FILE}")
     prm = params.load(project)
@@ -45,8 +47,6 @@ def use(cluster: str, project: Path) -> None:
         click.echo(f"{params.PARAMS_FILE} already holds {cluster}'s values")
         return
     text = _written(path, prm, sw)
-    from orchestrator.util import files
-
     files.atomic_write(path, text, mode=path.stat().st_mode & 0o7777)
     entry = f"clusters.{sw.key}" if sw.key else "no clusters entry"
     click.echo(f"{params.PARAMS_FILE}: switched to {cluster} ({entry}; {len(changes)} value(s) changed)")

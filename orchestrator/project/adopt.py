@@ -110,7 +110,7 @@ def _params(root: Path, cluster: str | None, account: str | None, image: str | N
     from orchestrator.config import params, profile
     from orchestrator.util import yamlio
 
-    path = root / params.PARAMS_FILE
+    path = files.edit_target(root, root / params.PARAMS_FILE)
     old = _read(path)
     data = yamlio.load_text(old, str(path)) or {}
     if not isinstance(data, dict):
@@ -183,7 +183,7 @@ def _check_settings(loaded, account: str | None, image: str | None) -> None:
 def _ignore(root: Path, name: str) -> Step:
     from orchestrator.scripts.workspace import STATE_DIR
 
-    path = root / name
+    path = files.edit_target(root, root / name)
     old = _read(path)
     if any(_IGNORES_STATE.fullmatch(line.strip()) for line in old.splitlines()):
         return Change(name, False, f"ignores {STATE_DIR}/ already"), None
@@ -235,10 +235,7 @@ def _pipeline(root: Path, names: tuple[str, ...], wrap_all: bool, cluster_param:
     chosen = [s.name for s in stages if (s.name in names or wrap_all) and not s.problem and (not s.wrapped or s.todo)]
     if not chosen:
         return (Change(PIPELINE_FILE, False, "left as it is"), None), stages
-    if path.is_symlink():  # the rename would replace the link with a file
-        raise OrchestratorError(
-            f"{path} is a symbolic link: init rewrites dvc.yaml in one rename", hints=["wrap the stages by hand; nothing was changed"]
-        )
+    path = files.edit_target(root, path)  # the rename then replaces the file a link inside the project leads to, not the link
     new = wrap.rewrite(old, data, chosen, cluster_param)
     mode = path.stat().st_mode & 0o7777
     declared = wrap.newly_declaring_cluster(data, yamlio.load_text(new, str(path)), chosen)

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from orchestrator.errors import UnreadableFile
+from orchestrator.errors import OrchestratorError, UnreadableFile
 
 _CHUNK = 1 << 20
 
@@ -285,6 +285,30 @@ def raise_open_files_limit(wanted: int) -> None:
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def edit_target(root: Path, path: Path) -> Path:
+    """The file to write when the tool edits ``path``, a file of the project ``root`` that the
+    user may have made a symbolic link (params.yaml, dvc.yaml, .gitignore, .dvcignore): itself,
+    or the file its link leads to when that is inside the project, so the link stays a link.
+    One policy for every such edit: nothing is written outside the project through a link, and
+    no file is made where a link leads nowhere (:class:`LinkRefused`, before anything is written)."""
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    top = Path(os.path.realpath(root))
+    if target != top and top not in target.parents:
+        raise LinkRefused(f"{path} is a symbolic link to {target}, outside the project: the tool never writes outside it through a link")
+    if not target.is_file():
+        raise LinkRefused(f"{path} is a symbolic link to {target}, which is not a file: the tool makes no file through a link")
+    return target
+
+
+class LinkRefused(OrchestratorError):
+    """A file the tool would edit is a link it may not write through (:func:`edit_target`)."""
+
+    def __init__(self, headline: str) -> None:
+        super().__init__(headline, hints=["edit it yourself, or make it a file of the project; nothing was changed"])
 
 
 @contextlib.contextmanager

@@ -174,7 +174,7 @@ def _latin1_params(root: Path) -> None:
     [
         (_latin1_params, "params.yaml is not a text file (not UTF-8 at byte 26)"),
         (lambda root: (root / ".gitignore").mkdir(), ".gitignore is a folder, not a file"),
-        (lambda root: (root / ".dvcignore").symlink_to("/dev/zero"), ".dvcignore is not a regular file (a character device)"),
+        (lambda root: (root / ".dvcignore").symlink_to("/dev/zero"), ".dvcignore is a symbolic link to /dev/zero, outside the project"),
         (lambda root: (root / "containers").write_text("x"), "containers is not a folder"),
     ],
 )
@@ -362,3 +362,44 @@ def test_wrap_keeps_leading_assignments_working_and_render_check_refuses_them_ba
     refused = invoke("render", "--project", str(root), "--check", "--no-shellcheck")
     assert refused.exit_code == 2 and "its command starts with FOO=..., a shell assignment" in refused.output, refused.output
     assert "orchestrator run -- env FOO=1 ..." in refused.output
+
+
+LINKED = ["params.yaml", ".gitignore", ".dvcignore", "dvc.yaml"]
+
+
+@pytest.mark.parametrize("name", LINKED)
+@pytest.mark.parametrize("where", ["outside", "dangling", "inside"])
+def test_one_policy_for_links_in_the_files_the_tool_edits(tmp_path, name, where):
+    """params.yaml, dvc.yaml, .gitignore and .dvcignore may be links: one leading inside the
+    project is followed (its file edited, the link kept); one leading out of it, or nowhere,
+    is refused with nothing written anywhere (init appended through it and made a dangling
+    link's file; `use` replaced it with a file)."""
+    (tmp_path / "p").mkdir()
+    root = project(tmp_path / "p", **{"dvc.yaml": "stages:\n  train:\n    cmd: python train.py\n    outs: [m]\n"})
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    original = (root / name).read_text() if (root / name).exists() else "# theirs\n"
+    if where == "outside":
+        target = outside / name
+        target.write_text(original)
+    elif where == "dangling":
+        target = root / "shared" / name  # a folder that is not there
+    else:
+        target = root / "shared" / name
+        target.parent.mkdir()
+        target.write_text(original)
+    (root / name).unlink(missing_ok=True)
+    (root / name).symlink_to(target)
+    args = ["--wrap", "train"] if name == "dvc.yaml" else []
+    before, elsewhere = snapshot(root), snapshot(outside)
+    done = invoke("init", "--project", str(root), *args)
+    if where == "inside":
+        assert done.exit_code == 0, done.output
+        assert (root / name).is_symlink() and target.read_text() != original  # edited where the link leads
+        return
+    if name == "dvc.yaml" and where == "dangling":
+        assert done.exit_code == 2 and "has no dvc.yaml" in done.output, done.output  # no pipeline to wrap
+    else:
+        assert done.exit_code == 2 and f"{root / name} is a symbolic link to " in done.output, done.output
+        assert ("outside the project" if where == "outside" else "which is not a file") in done.output
+    assert snapshot(root) == before and snapshot(outside) == elsewhere and not (root / "shared").exists()

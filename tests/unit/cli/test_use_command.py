@@ -144,3 +144,20 @@ def test_a_users_own_set_of_a_key_the_cluster_sets_wins_and_is_said(tmp_path):
     assert result.output.strip().splitlines()[-1] == (
         "dvc exp run -S lm.steps=5 -S orchestrator.cluster=lumi -S orchestrator.image=lumi -S 'lm.models=[large]'"
     )
+
+
+@pytest.mark.parametrize("where", ["inside", "outside"])
+def test_use_follows_a_params_link_inside_the_project_and_refuses_one_leading_out(tmp_path, where):
+    root, outside = tmp_path / "p", tmp_path / "elsewhere"
+    root.mkdir()
+    outside.mkdir()
+    target = (root if where == "inside" else outside) / "shared-params.yaml"
+    target.write_text(PARAMS)
+    (root / "params.yaml").symlink_to(target)
+    result = use(root, "lumi")
+    if where == "inside":
+        assert result.exit_code == 0, result.output
+        assert (root / "params.yaml").is_symlink() and yaml.safe_load(target.read_text())["lm"]["steps"] == 2000
+    else:
+        assert result.exit_code == 2 and "outside the project" in result.output, result.output
+        assert (root / "params.yaml").is_symlink() and target.read_text() == PARAMS
