@@ -101,8 +101,9 @@ def _file_system(project: Path, name: str) -> Any:
     try:
         with Repo(str(project)) as repo:
             try:
-                repo.scm.resolve_rev(name)
+                sha = repo.scm.resolve_rev(name)
                 rev = name
+                _require_commit(project, name, sha)
             except (RevError, GitRevError):
                 found = resolve_name(repo.scm, [name]).get(name)
                 if found is None:
@@ -115,6 +116,20 @@ def _file_system(project: Path, name: str) -> Any:
     except SCMError as exc:
         raise PipelineError(f"cannot read revision {name!r}: {project} is not a git repository", hints=["git init; dvc init"]) from exc
     return DVCFileSystem(repo=str(project), rev=rev)
+
+
+def _require_commit(project: Path, name: str, sha: str) -> None:
+    """PipelineError unless ``sha`` (``name`` resolved) is a commit: git resolves ``HEAD:dvc.yaml``
+    to a file and ``HEAD^{tree}`` to a folder, neither of which is a revision of the project."""
+    from orchestrator.util.git import Git
+    from orchestrator.util.runner import SubprocessRunner
+
+    kind = (Git(project, SubprocessRunner()).output("cat-file", "-t", sha, timeout=60) or "").strip()
+    if kind and kind != "commit":
+        what = {"blob": "a file", "tree": "a folder"}.get(kind, f"a git {kind}")
+        raise PipelineError(
+            f"revision {name!r} names {what} in git, not a commit", hints=[f"name a commit, branch, tag or experiment, or {WORKSPACE!r}"]
+        )
 
 
 def _experiments(repo: Any) -> list[str]:

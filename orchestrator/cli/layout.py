@@ -37,7 +37,13 @@ class Count(click.ParamType):
         number = float(m.group(1) + (m.group(2) or "")) * _SUFFIX[m.group(3).lower()]
         if number <= 0:
             self.fail(f"{value!r}: a model has more than 0 parameters", param, ctx)
+        if not number <= MAX_PARAMETERS:  # also inf, where 1e400 overflows
+            self.fail(f"{value!r}: more than any model this can place (at most {MAX_PARAMETERS:.0e} parameters)", param, ctx)
         return number
+
+
+# A thousand times today's largest models; past it the memory figures overflow.
+MAX_PARAMETERS = 1e15
 
 
 @dataclass(frozen=True)

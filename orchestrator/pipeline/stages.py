@@ -96,6 +96,8 @@ def resolve(root: Path, overlay: Mapping[str, Any] | None = None) -> list[Item]:
         return [_item(name, data) for name, data in _resolve_with_dvc(root, overlay or {})]
     except DvcException as exc:
         raise PipelineError(f"DVC cannot resolve {root / PIPELINE_FILE}", dvc_problems(exc)) from exc
+    except RecursionError:
+        raise _too_deep(root) from None
 
 
 def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None) -> Item:
@@ -106,6 +108,8 @@ def resolve_one(root: Path, name: str, overlay: Mapping[str, Any] | None = None)
         ((_, data),) = _resolve_with_dvc(root, overlay or {}, name)
     except DvcException as exc:
         raise PipelineError(f"DVC cannot resolve stage {name!r} of {root / PIPELINE_FILE}", dvc_problems(exc)) from exc
+    except RecursionError:
+        raise _too_deep(root) from None
     return _item(name, data)
 
 
@@ -117,6 +121,17 @@ def resolve_group(root: Path, group: str, overlay: Mapping[str, Any] | None = No
         return [_item(name, data) for name, data in _resolve_with_dvc(root, overlay or {}, group=group)]
     except DvcException as exc:
         raise PipelineError(f"DVC cannot resolve stage {group!r} of {root / PIPELINE_FILE}", dvc_problems(exc)) from exc
+    except RecursionError:
+        raise _too_deep(root) from None
+
+
+def _too_deep(root: Path) -> PipelineError:
+    """DVC reads dvc.yaml and the params files it names recursively: a value nested some
+    hundreds of levels deep ends its reader in a RecursionError, said here as one message."""
+    return PipelineError(
+        f"DVC cannot resolve {root / PIPELINE_FILE}: it, or a params file it reads, nests values too deep for DVC's reader",
+        hints=["flatten the nesting (a person's file nests some levels, not hundreds)"],
+    )
 
 
 def _resolve_with_dvc(

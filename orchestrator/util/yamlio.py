@@ -29,8 +29,33 @@ class Hex(str):
 
 # libyaml's loader and dumper where PyYAML was built with it: four to five times faster on
 # big files (a 1,000-stage dvc.lock: 0.16 s against 0.76 s to read), the same documents.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Loader(_BASE_LOADER):  # type: ignore[valid-type,misc]
+    """The safe loader, refusing a key a mapping has twice: PyYAML keeps the last, DVC's
+    reader (ruamel) refuses the file, so a duplicate read here would plan what DVC never runs."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<:` may stand more than once
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:
+                    continue  # an unhashable key: the base class says so
+                if first is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping", node.start_mark, f"found the key {key!r} twice", key_node.start_mark
+                    )
+        return super().construct_mapping(node, deep)
+
+
+_LOADER = _Loader
 
 
 # Values that aliases (``*name``) may add to a document beyond those written out. Each alias
@@ -44,13 +69,44 @@ class AliasBomb(yaml.YAMLError):
     """A document whose aliases expand past :data:`MAX_ALIASED_VALUES`, or into themselves."""
 
 
+# Nesting past this is no file a person writes, and DVC's reader (recursive) fails on it with a
+# RecursionError at some hundreds of levels: refused here first, with one message.
+MAX_DEPTH = 100
+
+
 def parse(text: str) -> Any:
     """``yaml.safe_load``, fast; raises ``yaml.YAMLError`` (callers that must name the file use
-    :func:`load_text`), :class:`AliasBomb` among them."""
+    :func:`load_text`), :class:`AliasBomb` and :class:`TooDeep` among them."""
     data = yaml.load(text, Loader=_LOADER)
     if "*" in text:  # no alias without one: plain documents skip the walk
         _check_expansion(data)
+    if _may_be_deep(text):
+        _check_depth(data)
     return data
+
+
+class TooDeep(yaml.YAMLError):
+    """A document nested past :data:`MAX_DEPTH`."""
+
+
+def _may_be_deep(text: str) -> bool:
+    """Cheap: whether ``text`` has enough brackets or indentation to nest past :data:`MAX_DEPTH`."""
+    if text.count("[") + text.count("{") > MAX_DEPTH:
+        return True
+    return any(len(line) - len(line.lstrip(" -")) > MAX_DEPTH for line in text.splitlines())
+
+
+def _check_depth(data: Any) -> None:
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    seen: set[int] = set()
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (list, dict)) or id(node) in seen:
+            continue
+        if depth >= MAX_DEPTH:
+            raise TooDeep(f"it nests deeper than {MAX_DEPTH} levels")
+        seen.add(id(node))
+        stack.extend((c, depth + 1) for c in (node.values() if isinstance(node, dict) else node))
 
 
 def _check_expansion(data: Any) -> None:
@@ -89,6 +145,8 @@ def load_text(text: str, source: str) -> Any:
         return parse(text)
     except AliasBomb as exc:
         raise ConfigError(f"{source} is refused: {exc}", hints=["write the values out, or use anchors for a few shared defaults"]) from None
+    except TooDeep as exc:
+        raise ConfigError(f"{source} is refused: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -154,6 +154,10 @@ def test_a_revision_that_does_not_exist_is_one_message(compared):
     assert not (project / "bad").exists()
     repeated = run_orchestrator("report", "--rev", "on-local", "--rev", "on-local", cwd=project)
     assert repeated.returncode == 2 and "--rev on-local named more than once" in repeated.stderr
+    for rev, what in (("HEAD:dvc.yaml", "a file"), ("HEAD^{tree}", "a folder")):  # git resolves both; neither is a revision
+        done = run_orchestrator("report", "--rev", rev, "--out", "bad", "--no-accounting", cwd=project)
+        assert done.returncode == 2 and f"revision {rev!r} names {what} in git, not a commit" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and not (project / "bad").exists()
 
 
 @pytest.mark.slow

@@ -94,6 +94,8 @@ def test_cli_options_override_the_profile():
     ("args", "message"),
     [
         (["--parameters", "abc", "--gpus", "8", "--cluster", "lumi"], "'abc' is not a parameter count (examples: 13B, 7.5e9, 350M)"),
+        (["--parameters", "1e308", "--gpus", "8", "--cluster", "lumi"], "'1e308': more than any model this can place"),  # overflowed
+        (["--parameters", "1e400", "--gpus", "8", "--cluster", "lumi"], "'1e400': more than any model this can place"),  # inf
         (
             ["--parameters", "70B", "--gpus", "8", "--gpus-per-node", "8", "--gpu-memory-gb", "40"],
             "error: 70B parameters do not fit on 8 GPUs of 40 GB in any layout",
