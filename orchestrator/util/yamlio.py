@@ -30,12 +30,55 @@ class Hex(str):
 # libyaml's loader and dumper where PyYAML was built with it: four to five times faster on
 # big files (a 1,000-stage dvc.lock: 0.16 s against 0.76 s to read), the same documents.
 _BASE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_BASE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _yaml_1_2(cls: Any) -> Any:
+    """``cls`` (a PyYAML loader or dumper) reading plain scalars as YAML 1.2 does, with the very
+    patterns of ruamel.yaml, DVC's reader: ``1e-3`` a float, ``on``/``yes`` text, ``1:30`` text,
+    ``0o17`` an int. PyYAML is YAML 1.1, so params.yaml read by it and by DVC differed in type
+    (a value written back as ``'1e-3'`` was then text to DVC as well). A dumper with them quotes
+    exactly the text YAML 1.2 would read as something else."""
+    from ruamel.yaml.resolver import implicit_resolvers
+
+    cls.yaml_implicit_resolvers = {}
+    for versions, tag, pattern, first in implicit_resolvers:
+        if (1, 2) in versions and not tag.endswith(":yaml"):
+            cls.add_implicit_resolver(tag, pattern, first)
+    return cls
+
+
+class _Dumper(_BASE_DUMPER):  # type: ignore[valid-type,misc]
+    pass
+
+
+_DUMPER = _yaml_1_2(_Dumper)
 
 
 class _Loader(_BASE_LOADER):  # type: ignore[valid-type,misc]
-    """The safe loader, refusing a key a mapping has twice: PyYAML keeps the last, DVC's
-    reader (ruamel) refuses the file, so a duplicate read here would plan what DVC never runs."""
+    """The safe loader, reading YAML 1.2 as DVC does (:func:`_yaml_1_2`), and refusing a key a
+    mapping has twice: PyYAML keeps the last, DVC's reader (ruamel) refuses the file, so a
+    duplicate read here would plan what DVC never runs."""
+
+    def construct_yaml_int(self, node: Any) -> int:
+        """YAML 1.2's ints: ``017`` is seventeen (1.1 read it as octal), ``0o17`` octal."""
+        written = str(self.construct_scalar(node))
+        value = written.replace("_", "")
+        sign = -1 if value[:1] == "-" else 1
+        value = value[1:] if value[:1] in "+-" else value
+        try:
+            for prefix, base in (("0b", 2), ("0o", 8), ("0x", 16)):
+                if value.startswith(prefix):
+                    return sign * int(value[2:], base)
+            return sign * int(value)
+        except ValueError:  # `_`, `0x_`: YAML 1.2's pattern for ints takes them, no number is one
+            raise _no_number(written, node) from None
+
+    def construct_yaml_float(self, node: Any) -> float:
+        try:
+            return super().construct_yaml_float(node)
+        except ValueError:  # `._`: as for ints
+            raise _no_number(str(self.construct_scalar(node)), node) from None
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
@@ -55,7 +98,15 @@ class _Loader(_BASE_LOADER):  # type: ignore[valid-type,misc]
         return super().construct_mapping(node, deep)
 
 
-_LOADER = _Loader
+def _no_number(written: str, node: Any) -> yaml.YAMLError:
+    """What YAML 1.2's patterns take for a number and no number is (DVC's reader stops on it
+    with a ValueError): said as a YAML error at its place."""
+    return yaml.constructor.ConstructorError(None, None, f"{written!r} is no number (quote it for text)", node.start_mark)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+_LOADER = _yaml_1_2(_Loader)
 
 
 # Values that aliases (``*name``) may add to a document beyond those written out. Each alias

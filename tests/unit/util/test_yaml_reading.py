@@ -5,7 +5,9 @@ one message and exit status 2 in the commands that read the user's files, nothin
 from __future__ import annotations
 
 import pytest
-from support import dvc_init, invoke
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import dvc_init, examples, invoke
 
 from orchestrator.errors import ConfigError
 from orchestrator.util import yamlio
@@ -59,3 +61,26 @@ def test_use_and_render_say_it_in_one_message_and_write_nothing(tmp_path, comman
     done = invoke(*command, "--project", str(tmp_path))
     assert done.exit_code == 2 and said in done.output and "Traceback" not in done.output, done.output
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+SCALAR_PARTS = ["0", "1", "7", "9", "17", ".", "e", "E", "-", "+", "_", ":", "o", "x", "b", "inf", "nan", "Inf", "~", "null", "on"]
+SCALAR_PARTS += ["off", "yes", "no", "y", "n", "true", "False", "TRUE", "0x", "0o", "0b", "1e-3", "3e-4", "1:30", "2024-01-01", "a", " "]
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(parts=st.lists(st.sampled_from(SCALAR_PARTS), min_size=1, max_size=5))
+def test_every_plain_scalar_reads_as_dvc_reads_it(parts):
+    """params.yaml's values as the tool reads them are what DVC's own reader (ruamel, YAML 1.2)
+    gives, type and value, and what the tool writes reads back the same in DVC."""
+    from dvc.utils.serialize import parse_yaml
+
+    text = f"k: {''.join(parts).strip()}\n"
+    try:
+        dvc = parse_yaml(text, "params.yaml")
+    except Exception:  # noqa: BLE001 - not YAML to DVC: then not to the tool either
+        with pytest.raises(ConfigError):
+            yamlio.load_text(text, "params.yaml")
+        return
+    ours = yamlio.load_text(text, "params.yaml")
+    assert repr(ours) == repr(dvc), text  # repr: nan == nan, and 1 (int) != 1.0 (float)
+    assert repr(parse_yaml(yamlio.dump(ours), "params.yaml")) == repr(dvc)
