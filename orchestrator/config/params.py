@@ -347,9 +347,35 @@ def require_switched(prm: Params, cluster: str, doing: str) -> None:
 
 
 def dvc_sets(prm: Params, cluster: str) -> list[str]:
-    """``dvc exp run -S`` overrides (Hydra's syntax) that give an experiment ``cluster``'s values."""
+    """``dvc exp run -S`` overrides (Hydra's syntax) that give an experiment ``cluster``'s values,
+    each written so that DVC writes back exactly that value; ConfigError, naming each, for the
+    values and keys Hydra's grammar cannot carry."""
     here = _top(prm.data)
-    return [f"{'' if _has(here, k) else '+'}{'.'.join(k)}={_hydra(v)}" for k, v in switch(prm, cluster).changes(prm)]
+    sets, problems = [], []
+    for key, value in switch(prm, cluster).changes(prm):
+        try:
+            sets.append(f"{'' if _has(here, key) else '+'}{_hydra_key(key)}={_hydra(value)}")
+        except ValueError as exc:
+            problems.append(f"{'.'.join(map(str, key))}: {exc}")
+    if problems:
+        raise ConfigError(
+            f"cannot pass {cluster}'s values to `dvc exp run -S`: nothing was run",
+            problems,
+            hints=[f"switch the workspace instead: `orchestrator use {_shell(cluster)}`, then `dvc exp run`"],
+        )
+    return sets
+
+
+# A key Hydra's override grammar addresses: dotted paths of these words (no dot, space or
+# punctuation inside a key).
+_HYDRA_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]*")
+
+
+def _hydra_key(key: Key) -> str:
+    for part in key:
+        if not isinstance(part, str) or not _HYDRA_KEY.fullmatch(part):
+            raise ValueError(f"the key {part!r} cannot be named in a -S override (letters, digits, '_' and '-' only)")
+    return ".".join(key)
 
 
 def _check_names(prm: Params, cluster: str) -> None:
@@ -490,18 +516,51 @@ def _shell(text: str) -> str:
 
 
 def _hydra(value: Any) -> str:
-    """``value`` in Hydra's override grammar, which ``dvc exp run -S`` parses."""
+    """``value`` in Hydra's override grammar, which ``dvc exp run -S`` parses: what DVC then
+    writes into params.yaml reads back as ``value`` (ValueError for what the grammar cannot carry)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} cannot be sent as a number")
         return repr(value)
     if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{_hydra(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{_hydra_key((k,))}:{_hydra(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
         return "[" + ",".join(_hydra(v) for v in value) + "]"
-    text = str(value)
-    if re.fullmatch(r"[A-Za-z_][\w.\-/]*", text) and text.lower() not in ("true", "false", "null", "nan", "inf"):
-        return text  # Hydra reads it back as this text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if not isinstance(value, str):
+        raise ValueError(f"a {type(value).__name__} value cannot be sent")
+    if re.fullmatch(r"[A-Za-z_][\w.\-/]*", value) and value.lower() not in ("true", "false", "null", "nan", "inf"):
+        return value  # Hydra reads it back as this text
+    return _hydra_quoted(value)
+
+
+def _hydra_quoted(text: str) -> str:
+    """``text`` as a double-quoted Hydra string. Hydra keeps a backslash as it is except in a
+    run of them before a quote, the closing quote or ``${``, where each is written twice; ``"``
+    is escaped, and so is ``${`` (else OmegaConf resolves it: ``${oc.env:TOKEN}`` would write
+    the token itself into params.yaml and the experiment's commit)."""
+    if any(ord(c) < 32 or c == "\x7f" for c in text):
+        raise ValueError(f"{_short(text)} has a line break or a control character, which -S cannot carry")
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        j = i
+        while j < len(text) and text[j] == "\\":
+            j += 1
+        if j > i:
+            special = j == len(text) or text[j] == '"' or text.startswith("${", j)
+            out.append("\\" * ((j - i) * (2 if special else 1)))
+            i = j
+        elif text[i] == '"':
+            out.append('\\"')
+            i += 1
+        elif text.startswith("${", i):
+            out.append("\\${")
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return '"' + "".join(out) + '"'
