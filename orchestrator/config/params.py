@@ -352,6 +352,17 @@ def dvc_sets(prm: Params, cluster: str) -> list[str]:
     values and keys Hydra's grammar cannot carry."""
     here = _top(prm.data)
     sets, problems = [], []
+    # DVC applies -S through OmegaConf, which resolves every ${...} of the whole file as it
+    # writes it back: an ${oc.env:TOKEN} anywhere in params.yaml would land, expanded, in the
+    # experiment's params.yaml and its commit. Escaped in what is sent, not in the user's file.
+    for key, value in _leaves(_plain(prm.data)):
+        for text in _texts(value):
+            if "${" in text:
+                problems.append(
+                    f"{'.'.join(map(str, key))}: {_short(text)} holds ${{...}}, which DVC's -S resolves (OmegaConf) "
+                    "and writes back expanded"
+                )
+                break
     for key, value in switch(prm, cluster).changes(prm):
         try:
             sets.append(f"{'' if _has(here, key) else '+'}{_hydra_key(key)}={_hydra(value)}")
@@ -364,6 +375,17 @@ def dvc_sets(prm: Params, cluster: str) -> list[str]:
             hints=[f"switch the workspace instead: `orchestrator use {_shell(cluster)}`, then `dvc exp run`"],
         )
     return sets
+
+
+def _texts(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _texts(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _texts(v)
 
 
 # A key Hydra's override grammar addresses: dotted paths of these words (no dot, space or
@@ -538,10 +560,9 @@ def _hydra(value: Any) -> str:
 
 
 def _hydra_quoted(text: str) -> str:
-    """``text`` as a double-quoted Hydra string. Hydra keeps a backslash as it is except in a
-    run of them before a quote, the closing quote or ``${``, where each is written twice; ``"``
-    is escaped, and so is ``${`` (else OmegaConf resolves it: ``${oc.env:TOKEN}`` would write
-    the token itself into params.yaml and the experiment's commit)."""
+    """``text`` (no ``${``: :func:`dvc_sets` refuses it) as a double-quoted Hydra string. Hydra
+    keeps a backslash as it is except in a run of them before a quote or the closing quote,
+    where each is written twice; ``"`` is escaped."""
     if any(ord(c) < 32 or c == "\x7f" for c in text):
         raise ValueError(f"{_short(text)} has a line break or a control character, which -S cannot carry")
     out: list[str] = []
@@ -551,15 +572,12 @@ def _hydra_quoted(text: str) -> str:
         while j < len(text) and text[j] == "\\":
             j += 1
         if j > i:
-            special = j == len(text) or text[j] == '"' or text.startswith("${", j)
+            special = j == len(text) or text[j] == '"'
             out.append("\\" * ((j - i) * (2 if special else 1)))
             i = j
         elif text[i] == '"':
             out.append('\\"')
             i += 1
-        elif text.startswith("${", i):
-            out.append("\\${")
-            i += 2
         else:
             out.append(text[i])
             i += 1

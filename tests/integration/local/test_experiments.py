@@ -5,8 +5,10 @@ DVC_ROOT names the repository they came from, not the copy."""
 
 from __future__ import annotations
 
+import os
+
+from support import GIT_ENV, exp_metrics, sweep_project, wait_for_queue
 from support import dvc_exp as dvc
-from support import exp_metrics, sweep_project, wait_for_queue
 
 
 def test_exp_run_in_the_workspace_and_with_temp(tmp_path):
@@ -32,3 +34,41 @@ def test_a_queued_sweep_runs_with_dvc_queue_start(tmp_path):
     assert status.count("Success") == 3, status
     scores = exp_metrics(project)
     assert sorted(scores.values()) == [0.2, 0.4, 0.6], scores
+
+
+def test_exp_run_with_a_clusters_values_gives_dvc_exactly_the_overlays_values(tmp_path):
+    """`orchestrator exp run --cluster testbed` with values DVC's -S grammar mangled: a float
+    written 3e-4 (sent as text, it came back text), a backslash (`\\w+` came back `\\\\w+`).
+    `dvc exp show` lists exactly the overlay's values. An interpolation (`${oc.env:...}`), which
+    DVC's -S expands into params.yaml and the experiment's commit, is refused: nothing runs, the
+    secret is nowhere."""
+    import json
+    import subprocess
+
+    import yaml
+    from support import ACCOUNT, make_project, run_orchestrator, with_git
+
+    overlay = {"lr": 3e-4, "pattern": "\\w+", "note": 'say "hi"', "orchestrator": {"account": ACCOUNT}}
+    base = {"orchestrator": {"cluster": "local", "account": None}, "lr": 0.1, "pattern": "x", "note": "none"}
+    stage = {"cmd": "python3 -c \"import os; os.makedirs('out', exist_ok=True); open('out/m.json', 'w').write('{}')\""}
+    stage |= {"params": ["lr", "pattern", "note"], "outs": ["out"]}
+    pipeline = yaml.safe_dump({"stages": {"show": stage}})
+    project = make_project(tmp_path / "p", dvc_yaml=pipeline, params_yaml=yaml.safe_dump({**base, "clusters": {"testbed": overlay}}))
+    with_git(project, "values")
+    env = {**os.environ, "ORCH_TEST_SECRET": "s3cr3t-value", **GIT_ENV}
+    done = run_orchestrator("exp", "run", "--cluster", "testbed", "-n", "on-testbed", cwd=project, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    exps = [e for entry in json.loads(dvc(project, "exp", "show", "--json").stdout) for e in entry.get("experiments") or []]
+    (exp,) = [rev for e in exps for rev in e.get("revs") or [] if rev.get("name") == "on-testbed"]
+    values = exp["data"]["params"]["params.yaml"]["data"]
+    assert {k: values[k] for k in ("lr", "pattern", "note")} == {k: overlay[k] for k in ("lr", "pattern", "note")}, values
+    assert values["orchestrator"] == {"cluster": "testbed", "account": ACCOUNT}
+
+    subprocess.run(["git", "checkout", "-q", "--", "."], cwd=project, check=True)
+    text = (project / "params.yaml").read_text().replace('say "hi"', "${oc.env:ORCH_TEST_SECRET}")
+    (project / "params.yaml").write_text(text)
+    refused = run_orchestrator("exp", "run", "--cluster", "testbed", "-n", "leak", cwd=project, env=env)
+    assert refused.returncode == 2 and "holds ${...}, which DVC's -S resolves" in refused.stderr, refused.stderr
+    history = subprocess.run(["git", "log", "-p", "--all"], cwd=project, capture_output=True, text=True, check=True).stdout
+    assert "s3cr3t-value" not in history and "s3cr3t-value" not in (project / "params.yaml").read_text()
+    assert "leak" not in dvc(project, "exp", "list", "--all-commits").stdout
