@@ -6,6 +6,7 @@ the lock is the one `dvc repro` writes is proven on the testbed
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,13 +19,19 @@ from orchestrator.pipeline import stages
 from orchestrator.slurm.states import State
 
 
-def test_succeeded_items_are_recorded_and_the_others_listed(root):  # noqa: F811
+def submitted_with_prep_done(project: Path) -> tuple[FakeSlurm, dict[str, str]]:
+    """Every item submitted (a fake Slurm), and prep's job completed with its output there."""
     slurm = FakeSlurm()
-    rows, _ = submit(root, slurm)
+    rows, _ = submit(project, slurm)
     jobs = {r.item: r.job_id for r in rows}
-    (root / "data").mkdir()
-    (root / "data/x.txt").write_text("prep output\n")
+    (project / "data").mkdir()
+    (project / "data/x.txt").write_text("prep output\n")
     slurm.states[jobs["prep"]] = "COMPLETED"
+    return slurm, jobs
+
+
+def test_succeeded_items_are_recorded_and_the_others_listed(root):  # noqa: F811
+    slurm, jobs = submitted_with_prep_done(root)
     slurm.states[jobs["train"]] = "RUNNING"
     slurm.states[jobs["solo"]] = "FAILED"
     found = record.record(root, None, slurm.runner, say=lambda line: None)
@@ -84,12 +91,7 @@ def test_a_dvc_lock_cut_short_is_put_back_from_the_copy_kept_and_what_finished_s
     records the item that finished since from the ledger."""
     from orchestrator.pipeline import dvcfiles
 
-    slurm = FakeSlurm()
-    rows, _ = submit(root, slurm)
-    jobs = {r.item: r.job_id for r in rows}
-    (root / "data").mkdir()
-    (root / "data/x.txt").write_text("prep output\n")
-    slurm.states[jobs["prep"]] = "COMPLETED"
+    slurm, jobs = submitted_with_prep_done(root)
     record.record(root, None, slurm.runner, say=lambda line: None)
     kept = (root / "dvc.lock").read_text()
     assert (root / dvcfiles.KEPT_DIR / "dvc.lock").read_text() == kept  # record keeps what it wrote
