@@ -176,11 +176,12 @@ def test_an_empty_matrix_value_is_refused_with_a_message(tmp_path):
 
 
 def test_a_params_value_dvc_s_yaml_reader_cannot_read(tmp_path):
-    """`._` is text to PyYAML, but DVC's YAML 1.1 reader (ruamel) takes it for a float and then fails
+    """`._` is text to YAML 1.1, but DVC's YAML 1.2 reader (ruamel) takes it for a float and then fails
     float('.') with a ValueError of its own, which `dvc repro` shows as an unexpected error. Found by
-    the fuzz test of matrix values (tests/integration/local/test_cli_inputs.py)."""
+    the fuzz test of matrix values (tests/integration/local/test_cli_inputs.py). The tool reads params
+    as DVC does, so its own reading says so first, where the value is."""
     project = one_item(tmp_path / "p", values=["._"])
-    user_error(invoke("render", "--project", str(project)), "DVC cannot read the params of", "quote the value")
+    user_error(invoke("render", "--project", str(project)), "params.yaml is not valid YAML at line", "'._' is no number (quote it for text)")
     assert not (project / ".orchestrator" / "scripts").exists()
 
 
