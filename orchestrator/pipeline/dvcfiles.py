@@ -37,12 +37,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from orchestrator.config.params import PARAMS_FILE
 from orchestrator.errors import PipelineError, UnreadableFile
 from orchestrator.pipeline.stages import LOCK_FILE, MAX_LOCK_BYTES
 from orchestrator.util import files
 from orchestrator.util.runner import Runner
 
-PARAMS_FILE = "params.yaml"
 RWLOCKS = (".dvc/tmp/rwlock", ".dvc/tmp/exps/rwlock")
 KEPT_DIR = ".orchestrator/kept"
 CUT_DIR = f"{KEPT_DIR}/cut"  # unreadable files moved aside, stamped with the time they were found
@@ -75,16 +75,14 @@ def cut_problem(text: str) -> str | None:
     or None: readable, or unreadable in a way no cut gives (a list, another program's file,
     an edit), which is not ours to replace. DVC dumps the lock starting with :data:`_HEAD`,
     so a cut one is a prefix of it or starts with it."""
-    if not (text.startswith(_HEAD) or _HEAD.startswith(text)):
-        return None
-    return lock_problem(text)
+    return lock_problem(text) if _as_dvc_begins(text) else None
 
 
 def surely_cut(text: str) -> str | None:
     """Why ``text``, a dvc.lock from elsewhere (a cluster's, read as plain data whatever DVC's
     schema says), is surely one DVC did not finish writing, or None: it is a prefix of a lock
     as DVC writes it that is not whole YAML, or does not end its last line."""
-    if not (text.startswith(_HEAD) or _HEAD.startswith(text)):
+    if not _as_dvc_begins(text):
         return None
     if not text.endswith("\n"):
         return "it ends mid-line"
@@ -99,6 +97,11 @@ def surely_cut(text: str) -> str | None:
 
 # How every dvc.lock DVC 3 writes begins (its schema key first, then the stages).
 _HEAD = "schema: '2.0'\nstages:\n"
+
+
+def _as_dvc_begins(text: str) -> bool:
+    """Whether ``text`` begins as DVC writes a lock, or is a beginning of that (a cut one)."""
+    return text.startswith(_HEAD) or _HEAD.startswith(text)
 
 
 def _read(path: Path) -> str | None:
