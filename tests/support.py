@@ -199,6 +199,22 @@ def dvc_exp(project: Path, *args: str, timeout: float = 300) -> subprocess.Compl
     return subprocess.run(["dvc", *args], cwd=project, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def queue_start(project: Path, jobs: int) -> None:
+    """`dvc queue start -j JOBS`, returning once DVC has: the workers it leaves behind inherit
+    its stdout and stderr, so a captured `dvc queue start` returns only when the last worker has
+    ended (a worker lingers a minute after the queue is empty; under load it timed out at 300 s)."""
+    env = {**os.environ, "ORCH_POLL_MAX_S": "2", **GIT_ENV}
+    started = subprocess.run(
+        ["dvc", "queue", "start", "-j", str(jobs)],
+        cwd=project,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        timeout=120,
+    )
+    assert started.returncode == 0
+
+
 def wait_for_queue(project: Path, count: int, timeout: float = 240) -> str:
     """`dvc queue status` once ``count`` experiments have ended (or at the timeout)."""
     deadline = time.monotonic() + timeout

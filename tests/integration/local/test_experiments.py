@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from support import GIT_ENV, exp_metrics, sweep_project, wait_for_queue
+from support import GIT_ENV, exp_metrics, queue_start, sweep_project, wait_for_queue
 from support import dvc_exp as dvc
 
 
@@ -29,7 +29,7 @@ def test_a_queued_sweep_runs_with_dvc_queue_start(tmp_path):
     queued = dvc(project, "exp", "run", "--queue", "-S", "sweep.lr=0.1,0.2,0.3")
     assert queued.returncode == 0, queued.stdout + queued.stderr
     assert queued.stdout.count("Queued experiment") == 3
-    assert dvc(project, "queue", "start", "-j", "3").returncode == 0
+    queue_start(project, 3)
     status = wait_for_queue(project, 3)
     assert status.count("Success") == 3, status
     scores = exp_metrics(project)

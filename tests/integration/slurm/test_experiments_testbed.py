@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from support import ACCOUNT, GIT_ENV, exp_metrics, sweep_project, wait_for_queue
+from support import ACCOUNT, GIT_ENV, exp_metrics, queue_start, sweep_project, wait_for_queue
 from support import dvc_exp as dvc
 
 pytestmark = pytest.mark.slurm
@@ -21,7 +21,7 @@ def test_a_queued_sweep_and_a_temp_experiment_run_as_slurm_jobs(slurm_testbed, t
     since = time.time()
     queued = dvc(project, "exp", "run", "--queue", "-S", "sweep.lr=0.1,0.2,0.3")
     assert queued.returncode == 0, queued.stdout + queued.stderr
-    assert dvc(project, "queue", "start", "-j", "3").returncode == 0
+    queue_start(project, 3)
     status = wait_for_queue(project, 3, timeout=400)
     assert status.count("Success") == 3, status
     done = dvc(project, "exp", "run", "--temp", "-S", "sweep.lr=0.5", "-n", "temp", timeout=400)
@@ -95,7 +95,7 @@ def test_an_experiment_run_again_after_its_worker_was_killed_follows_its_job(slu
     subprocess.run(["git", "commit", "-qam", "slow"], cwd=project, env={**os.environ, **GIT_ENV}, check=True)
     since = time.time()
     assert dvc(project, "exp", "run", "--queue", "-n", "again", "-S", "sweep.lr=0.3").returncode == 0
-    _start_worker(project)
+    queue_start(project, 1)
     deadline = time.time() + 180
     while not (running := _running(project)):
         assert time.time() < deadline, "the experiment's job did not start"
@@ -106,22 +106,12 @@ def test_an_experiment_run_again_after_its_worker_was_killed_follows_its_job(slu
     dvc(project, "queue", "remove", "--failed")
     assert _running(project) == running  # the job outlived the experiment's run
     assert dvc(project, "exp", "run", "--queue", "-n", "again", "-S", "sweep.lr=0.3").returncode == 0
-    assert dvc(project, "queue", "start", "-j", "1").returncode == 0
+    queue_start(project, 1)
     status = wait_for_queue(project, 1, timeout=300)
     assert status.count("Success") == 1, status
     assert exp_metrics(project).get("again") == 0.6
     time.sleep(5)  # slurmdbd lists a job that just ended a little later
     assert _states(project, since) == [(running[0], "COMPLETED")]  # that job, and no second one
-
-
-def _start_worker(project) -> None:
-    """`dvc queue start -j 1`, returning at once: the worker it leaves behind inherits its
-    output, so a captured `dvc queue start` returns only when the worker has ended."""
-    env = {**os.environ, "ORCH_POLL_MAX_S": "2", **GIT_ENV}
-    started = subprocess.run(
-        ["dvc", "queue", "start", "-j", "1"], cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
-    assert started.returncode == 0
 
 
 def _running(project) -> list[str]:
