@@ -8,13 +8,10 @@ them as the run's params. The switch itself is :func:`orchestrator.config.params
 
 from __future__ import annotations
 
-import io
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -40,19 +37,20 @@ def use(cluster: str, project: Path) -> None:
     path = files.edit_target(project, project / params.PARAMS_FILE)
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: `orchestrator use` switches the values in a project's {params.PARAMS_FILE}")
-    prm = params.load(project)
-    sw = params.switch(prm, cluster)
-    changes = sw.changes(prm)
-    if not changes and sw.kept is None:
+    from orchestrator.config import switching
+    from orchestrator.util import yamlio
+
+    text = yamlio.read_file(path)
+    done = switching.written(text, cluster, str(path))
+    if done.text == text:
         click.echo(f"{params.PARAMS_FILE} already holds {cluster}'s values")
         return
-    text = _written(path, prm, sw)
-    files.atomic_write(path, text, mode=path.stat().st_mode & 0o7777)
-    entry = f"clusters.{sw.key}" if sw.key else "no clusters entry"
-    click.echo(f"{params.PARAMS_FILE}: switched to {cluster} ({entry}; {len(changes)} value(s) changed)")
-    for key, value in changes:
-        click.echo(f"  {'.'.join(key)}: {params._short(value)}")
-    if sw.kept is not None:
+    files.atomic_write(path, done.text, mode=path.stat().st_mode & 0o7777)
+    entry = f"clusters.{done.entry}" if done.entry else "no clusters entry"
+    click.echo(f"{params.PARAMS_FILE}: switched to {cluster} ({entry}; {len(done.changes)} value(s) changed)")
+    for changed, value in done.changes:
+        click.echo(f"  {'.'.join(changed)}: {params._short(value)}")
+    if done.keeps:
         click.echo(f"  the values replaced are kept under clusters.{params.HOME} (`orchestrator use {params.HOME}` puts them back)")
 
 
@@ -164,93 +162,3 @@ def _known(cluster: str) -> None:
 def _not_empty(cluster: str) -> None:
     if not cluster.strip():
         raise OrchestratorError(f"{cluster!r} is empty: give a built-in profile name (orchestrator clusters) or a profile file")
-
-
-def _written(path: Path, prm: params.Params, sw: params.Switch) -> str:
-    """params.yaml's text with the switch made, its comments and layout kept where the values stay
-    (ruamel's round trip, as DVC's own -S writes it); checked to read back as the switch says."""
-    from ruamel.yaml import YAML
-
-    from orchestrator.util import files, yamlio
-
-    yaml = YAML()  # round trip
-    yaml.indent(mapping=2, sequence=4, offset=2)
-    yaml.width = 4096
-    yaml.preserve_quotes = True
-    yaml.representer.add_representer(_Null, _represent_null)
-    original = files.read_text(path, yamlio.MAX_FILE_BYTES, follow_symlinks=True)
-    doc = yaml.load(original)
-    _keep_written_nulls(doc, yaml.compose(original))
-    for key, value in sw.changes(prm):
-        _assign(doc, key, value)
-    if sw.kept is not None:
-        for key, value in params._leaves(params._changes(params._plain(prm.overlays.get(params.HOME, {})), sw.kept)):
-            _assign(doc, ("clusters", params.HOME, *key), value)
-    out = io.StringIO()
-    yaml.dump(doc, out)
-    text = out.getvalue()
-    back = params.from_data(yamlio.load_text(text, str(path)), str(path))
-    if params._top(back.data) != sw.top or (sw.kept is not None and params._plain(back.overlays.get(params.HOME)) != sw.kept):
-        raise OrchestratorError(f"{path}: the switch did not read back as written (an alias shared with other values?); nothing written")
-    return text
-
-
-class _Null:
-    """A null written ``null`` (``account: null``): ruamel writes None in a block mapping as nothing
-    after the key, which reads as a value forgotten. The switch writes its own nulls so, and the
-    file's own keep the form they have (:func:`_keep_written_nulls`)."""
-
-    def __init__(self, spelled: str = "null") -> None:
-        self.spelled = spelled
-
-
-def _represent_null(representer: Any, null: _Null) -> Any:
-    return representer.represent_scalar("tag:yaml.org,2002:null", null.spelled)
-
-
-def _keep_written_nulls(doc: Any, node: Any) -> None:
-    """Each null of ``doc`` that the file spells out (``null``, ``~``: ``node``, its composed
-    YAML) made a :class:`_Null`, so that the round trip writes it back as it was, not empty."""
-    from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
-
-    if isinstance(node, MappingNode):
-        children = [(k.value, v) for k, v in node.value if isinstance(k, ScalarNode)]
-    elif isinstance(node, SequenceNode):
-        children = list(enumerate(node.value))
-    else:
-        return
-    for key, child in children:
-        try:
-            value = doc[key]
-        except (KeyError, IndexError, TypeError):
-            continue
-        if value is None and isinstance(child, ScalarNode) and child.value != "":
-            doc[key] = _Null(child.value)
-        elif value is not None:
-            _keep_written_nulls(value, child)
-
-
-def _explicit(value: Any) -> Any:
-    """``value`` with each None a :class:`_Null`."""
-    if value is None:
-        return _Null()
-    if isinstance(value, dict):
-        return {k: _explicit(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_explicit(v) for v in value]
-    return value
-
-
-def _assign(doc: Any, key: tuple[str, ...], value: Any) -> None:
-    """Set ``doc[key...]``, making the mappings on the way; a mapping that is also an alias
-    elsewhere (a YAML anchor) is copied first, so that nothing else changes with it."""
-    node = doc
-    for part in key[:-1]:
-        child = node.get(part)
-        if not isinstance(child, Mapping):
-            child = {}
-        elif getattr(getattr(child, "anchor", None), "value", None):
-            child = params._plain(child)
-        node[part] = child
-        node = child
-    node[key[-1]] = _explicit(params._plain(value))

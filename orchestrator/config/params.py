@@ -28,7 +28,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING as dataclasses_MISSING
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -139,6 +139,9 @@ class Params:
     data: Mapping[str, Any]
     settings: Settings
     overlays: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Whether clusters.local is the entry a switch away added (its line carries SWITCH_MARK),
+    # which `use local` removes: with local named active, orchestrator.cluster was edited by hand.
+    kept_by_switch: bool = False
 
     def named_cluster(self, given: str | None) -> str | None:
         """The profile ``given`` (--cluster), else params.yaml's orchestrator.cluster; None where neither
@@ -207,8 +210,24 @@ def merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]
 
 def load(root: Path) -> Params:
     path = root / PARAMS_FILE
-    data = yamlio.load_mapping(path) if path.exists() else {}
-    return from_data(data, source=str(path))
+    if not path.exists():
+        return from_data({}, source=str(path))
+    return from_text(yamlio.read_file(path), str(path))
+
+
+def from_text(text: str, source: str) -> Params:
+    """params.yaml's ``text`` read as DVC reads it."""
+    prm = from_data(yamlio.mapping_of(yamlio.load_text(text, source), source), source)
+    return replace(prm, kept_by_switch=kept_by_switch(text)) if SWITCH_MARK in text else prm
+
+
+# The comment on each line a switch adds (orchestrator.config.switching): the way back removes them.
+SWITCH_MARK = "# added by orchestrator use; use local removes it"
+
+
+def kept_by_switch(text: str) -> bool:
+    """Whether the ``clusters.local`` entry of params.yaml's ``text`` is one a switch added."""
+    return any(line.lstrip(" ").startswith(f"{HOME}:") and line.rstrip().endswith(SWITCH_MARK) for line in text.splitlines())
 
 
 def from_data(data: Mapping[str, Any], source: str) -> Params:
@@ -328,10 +347,23 @@ def switch(prm: Params, cluster: str) -> Switch:
 def require_switched(prm: Params, cluster: str, doing: str) -> None:
     """Refuse to run or submit on ``cluster`` unless params.yaml, as DVC resolved it, holds
     its values: else DVC's matrix is another cluster's (one message, naming the switch)."""
+    active = prm.settings.cluster if prm.settings.cluster not in (None, "auto") else HOME
+    if prm.kept_by_switch and (active == HOME or prm.overlay_key(active) == HOME):
+        raise hand_edit_error(prm)
     wanted = switch(prm, cluster)
     differ = [(k, v) for k, v in wanted.changes(prm) if k != ("orchestrator", "cluster")]
     if not differ:
         return
+    if active == cluster and HOME in prm.overlays:  # switched to it (values kept): one side was edited since
+        raise ConfigError(
+            f"{PARAMS_FILE}: {cluster} is active, but some of its values here differ from clusters.{wanted.key}, so nothing "
+            f"was {doing}: one or the other was edited",
+            [f"{'.'.join(k)}: {_short(_get(_top(prm.data), k))} here, {_short(v)} in clusters.{wanted.key}" for k, v in differ],
+            hints=[
+                f"write the value {cluster} should run with in both places (params.yaml's is what DVC runs, "
+                f"clusters.{wanted.key}'s what `orchestrator use` writes)"
+            ],
+        )
     here = _top(prm.data)
     shown = [f"{'.'.join(k)}: {_short(_get(here, k))} here, {_short(v)} on {cluster}" for k, v in differ]
     raise ConfigError(
@@ -343,6 +375,23 @@ def require_switched(prm: Params, cluster: str, doing: str) -> None:
             f"`orchestrator render --cluster {_shell(cluster)}` previews them), or for one experiment "
             f"`orchestrator exp run --cluster {_shell(cluster)}` (dvc exp run with those values)"
         ],
+    )
+
+
+def hand_edit_error(prm: Params) -> ConfigError:
+    """params.yaml names ``local`` but holds another cluster's values, kept ones under clusters.local."""
+    top = _top(prm.data)
+    likely = [
+        name
+        for name, overlay in prm.overlays.items()
+        if name != HOME and all(_has(top, k) and _get(top, k) == v for k, v in _leaves(_plain(overlay)) if k != ("orchestrator", "cluster"))
+    ]
+    back = f"set orchestrator.cluster back to {likely[0]} (its values are the ones here)" if likely else "set orchestrator.cluster back"
+    return ConfigError(
+        f"{PARAMS_FILE} names {HOME} as its cluster, but clusters.{HOME} holds the values `orchestrator use` keeps while "
+        f"another cluster is active (`orchestrator use {HOME}` removes them as it puts them back): orchestrator.cluster was "
+        "changed by hand, and the values here are another cluster's",
+        hints=[f"{back}, then run `orchestrator use {HOME}`"],
     )
 
 

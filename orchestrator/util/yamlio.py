@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,7 +45,9 @@ def _yaml_1_2(cls: Any) -> Any:
     cls.yaml_implicit_resolvers = {}
     for versions, tag, pattern, first in implicit_resolvers:
         if (1, 2) in versions and not tag.endswith(":yaml"):
-            cls.add_implicit_resolver(tag, pattern, first)
+            # ruamel's patterns are lazy proxies, each match an attribute lookup in Python
+            # (a third of the time to read a big file): compiled here once, as they are.
+            cls.add_implicit_resolver(tag, re.compile(pattern.pattern, pattern.flags), first)
     return cls
 
 
@@ -80,6 +83,22 @@ class _Loader(_BASE_LOADER):  # type: ignore[valid-type,misc]
         except ValueError:  # `._`: as for ints
             raise _no_number(str(self.construct_scalar(node)), node) from None
 
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """A node's tag, as the base class finds it, with a plain scalar's remembered: a big file
+        repeats its keys and many values, and matching each against the patterns again was the
+        most of the time to read it."""
+        if kind is yaml.ScalarNode and implicit[0]:
+            try:
+                return _RESOLVED[value]
+            except KeyError:
+                if len(_RESOLVED) > 1 << 20:  # a process reading many big files: bounded
+                    _RESOLVED.clear()
+                tag = _RESOLVED[value] = super().resolve(kind, value, (True, False))
+                return tag
+        if kind is yaml.ScalarNode:
+            return self.DEFAULT_SCALAR_TAG
+        return self.DEFAULT_SEQUENCE_TAG if kind is yaml.SequenceNode else self.DEFAULT_MAPPING_TAG
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, Any] = {}
@@ -107,6 +126,8 @@ def _no_number(written: str, node: Any) -> yaml.YAMLError:
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 _Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
 _LOADER = _yaml_1_2(_Loader)
+# The tag of each plain scalar seen (one set of resolvers, no path resolvers: a pure function of its text).
+_RESOLVED: dict[str, str] = {}
 
 
 # Values that aliases (``*name``) may add to a document beyond those written out. Each alias
@@ -210,18 +231,26 @@ def load_text(text: str, source: str) -> Any:
 MAX_FILE_BYTES = 64 << 20
 
 
-def load_file(path: Path) -> Any:
-    """The data of a YAML file: a regular file (or a link to one: the user's own) under
-    :data:`MAX_FILE_BYTES`, UTF-8, aliases bounded; else one ConfigError naming it."""
+def read_file(path: Path) -> str:
+    """The text of a YAML file a person writes: a regular file (or a link to one: the user's
+    own) under :data:`MAX_FILE_BYTES`, UTF-8; else one ConfigError naming it."""
     try:
-        text = files.read_text(path, MAX_FILE_BYTES, follow_symlinks=True)
+        return files.read_text(path, MAX_FILE_BYTES, follow_symlinks=True)
     except UnreadableFile as exc:
         raise ConfigError(f"{path}: no such file" if exc.missing else f"{path} {exc.reason}") from None
-    return load_text(text, str(path))
+
+
+def load_file(path: Path) -> Any:
+    """The data of :func:`read_file`, aliases bounded."""
+    return load_text(read_file(path), str(path))
 
 
 def load_mapping(path: Path) -> Mapping[str, Any]:
-    data = load_file(path)
+    return mapping_of(load_file(path), path)
+
+
+def mapping_of(data: Any, path: Path | str) -> Mapping[str, Any]:
+    """``data`` read from ``path`` as its top-level mapping ({} for an empty file)."""
     if data is None:
         return {}
     if not isinstance(data, Mapping):

@@ -85,8 +85,8 @@ def test_use_without_a_clusters_entry_changes_the_cluster_only_keeping_a_null_ac
     assert (tmp_path / "params.yaml").read_text() == text
 
 
-def test_the_null_account_a_switch_keeps_or_puts_back_is_written_null_not_left_empty(tmp_path):
-    """ruamel writes None in a block mapping as nothing after the key (`account:`), which reads as a value forgotten."""
+def test_a_null_the_switch_keeps_is_kept_as_written_and_put_back_so(tmp_path):
+    """The kept copy spells a value as the file does (`account:`, `~`), and the way back gives the very bytes."""
     entry = "clusters:\n  testbed:\n    orchestrator:\n      account: project_465000858\n"
     (tmp_path / "params.yaml").write_text("orchestrator:\n  cluster: local\n  account:\n  image: ~\n" + entry)
     assert use(tmp_path, "testbed").exit_code == 0
@@ -94,15 +94,10 @@ def test_the_null_account_a_switch_keeps_or_puts_back_is_written_null_not_left_e
     assert switched == (
         "orchestrator:\n  cluster: testbed\n  account: project_465000858\n  image: ~\n"
         + entry
-        + "  local:\n    orchestrator:\n      account: null\n"
+        + "  local:  # added by orchestrator use; use local removes it\n    orchestrator:\n      account:\n"
     )
     assert use(tmp_path, "local").exit_code == 0
-    back = (tmp_path / "params.yaml").read_text()
-    assert (
-        back
-        == "orchestrator:\n  cluster: local\n  account: null\n  image: ~\n" + entry + "  local:\n    orchestrator:\n      account: null\n"
-    )
-    assert yaml.safe_load(back)["orchestrator"] == {"cluster": "local", "account": None, "image": None}
+    assert (tmp_path / "params.yaml").read_text() == "orchestrator:\n  cluster: local\n  account:\n  image: ~\n" + entry
 
 
 def test_exp_run_prints_dvc_exp_run_with_the_values(tmp_path):

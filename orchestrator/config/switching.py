@@ -1,0 +1,309 @@
+"""``orchestrator use NAME`` written into params.yaml: the switch :func:`params.switch` describes,
+made as edits to the user's own text (:mod:`orchestrator.util.yamledit`).
+
+Each value the switch changes is given the text it has where it comes from: a cluster's value
+is written as its ``clusters.NAME`` entry spells it, a value kept under ``clusters.local`` as the
+file spelled it, and the way back copies that text again. So ``use NAME`` and then ``use local``
+give back the very bytes of the file (comments, layout, quoting, ``1e-3`` as ``1e-3``, anchors,
+CRLF, a BOM). What a switch adds (the ``clusters.local`` entry, a key the file lacked) carries
+the comment :data:`MARK`, and the way back removes what carries it.
+
+Switching from one cluster to another goes back to ``local`` first, then on: one path for both.
+While a cluster is active, params.yaml's values and the cluster's entry must agree: a value
+edited in one of them is refused at the next switch, naming it, not dropped or guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.config import params
+from orchestrator.config.params import HOME, PARAMS_FILE, Key, Params
+from orchestrator.errors import ConfigError
+from orchestrator.util.yamledit import Document, Source, Unfaithful
+
+MARK = params.SWITCH_MARK
+CLUSTER_KEY: Key = ("orchestrator", "cluster")
+
+
+@dataclass(frozen=True)
+class Written:
+    """params.yaml's text with the switch made: the values it changed, the entry it applied
+    (None: none), and whether values are kept under clusters.local now."""
+
+    text: str
+    changes: list[tuple[Key, Any]]
+    entry: str | None
+    keeps: bool
+
+
+def written(text: str, cluster: str, source: str = PARAMS_FILE) -> Written:
+    """params.yaml's ``text`` switched to ``cluster``; ConfigError, nothing changed, for what
+    cannot be switched faithfully."""
+    prm = params.from_text(text, source)
+    wanted = params.switch(prm, cluster)  # every refusal of the values themselves first
+    active = _active(prm)
+    doc = Document(text, source)
+    away = prm.overlay_key(cluster) != HOME and cluster != HOME
+    if active != HOME:
+        _require_agreement(prm, active)
+        now = _back(doc, prm)
+        if away:
+            now = _away(Document(now, source), params.from_text(now, source), cluster)
+    elif params.kept_by_switch(text):
+        raise params.hand_edit_error(prm)
+    elif away:
+        now = _away(doc, prm, cluster)
+    elif prm.settings.cluster not in (None, HOME):
+        now = _named(doc, HOME)  # named by hand, never switched: the name alone
+    else:
+        now = text
+    after = _check(now, prm, cluster, wanted, source)
+    return Written(now, wanted.changes(prm), prm.overlay_key(cluster), HOME in after.overlays and cluster != HOME)
+
+
+def _active(prm: Params) -> str:
+    """The cluster whose values params.yaml holds: the one it names, once a switch has kept the
+    values it replaced (a name set by hand or by ``dvc exp run -S`` switched nothing)."""
+    name = prm.settings.cluster
+    if name in (None, "auto", HOME) or HOME not in prm.overlays or prm.overlay_key(name) == HOME:
+        return HOME
+    return name
+
+
+def _set_by(overlay: Mapping[str, Any]) -> list[tuple[Key, Any]]:
+    return [(k, v) for k, v in params._leaves(params._plain(overlay)) if k != CLUSTER_KEY]
+
+
+def _require_agreement(prm: Params, active: str) -> None:
+    """While ``active`` is switched to, each value its entry sets must be the one params.yaml
+    holds: one that differs was edited in one place or the other, and which one is meant cannot
+    be known. Refused, naming each, rather than one of them dropped."""
+    key = prm.overlay_key(active)
+    top = params._top(prm.data)
+    differ = [
+        f"{'.'.join(k)}: {params._short(params._get(top, k))} here, {params._short(v)} in clusters.{key}"
+        for k, v in _set_by(prm.overlays.get(key, {}) if key else {})
+        if not (params._has(top, k) and _same(params._get(top, k), v))
+    ]
+    if differ:
+        raise ConfigError(
+            f"{PARAMS_FILE}: {active} is active, but some of its values here differ from clusters.{key}: one or the other was "
+            "edited, so nothing was switched (either could be the one meant)",
+            differ,
+            hints=[
+                f"write the value {active} should run with in both places (params.yaml's is what DVC runs, clusters.{key}'s "
+                "what a switch writes), then switch again"
+            ],
+        )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type, all the way down (1, 1.0 and true differ to DVC)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def _back(doc: Document, prm: Params) -> str:
+    """The text with ``local`` active again: each kept value back where it came from, in the
+    spelling it is kept in; what a switch added removed."""
+    kept = params._plain(prm.overlays.get(HOME, {}))
+    gone: list[Key] = []
+    for key, value in params._leaves(kept):
+        if key == CLUSTER_KEY or any(key[: len(g)] == g for g in gone):
+            continue
+        added = _added(doc, key)
+        if added is not None:  # not written before the switch: the file reads its value without it
+            parent, key_node, _ = doc.entry(added)  # type: ignore[misc]
+            doc.delete(parent, key_node)
+            gone.append(added)
+            continue
+        entry = doc.entry(key)
+        new: Source | str = doc.source(("clusters", HOME, *key)) or doc.scalar(value)  # else kept through a merge key
+        if entry is None:
+            parent_map = doc.mapping(key[:-1])
+            if parent_map is None:
+                raise Unfaithful(f"{PARAMS_FILE}: {'.'.join(key[:-1])} is gone, so {'.'.join(key)} cannot be put back")
+            doc.insert(parent_map, key[-1], new, "")
+        elif _text(doc, key) != _spelled(new):
+            doc.replace(key, new)
+    cluster = doc.entry(CLUSTER_KEY)
+    if cluster is not None:
+        if _added(doc, CLUSTER_KEY) is not None:
+            parent, key_node, _ = doc.entry(_added(doc, CLUSTER_KEY))  # type: ignore[arg-type,misc]
+            if not any(CLUSTER_KEY[: len(g)] == g for g in gone):
+                doc.delete(parent, key_node)
+        else:
+            doc.replace(CLUSTER_KEY, doc.scalar(HOME, like=cluster[2]))
+    home = doc.entry(("clusters", HOME))
+    if home is not None:
+        if _marks(doc, home[1]):
+            doc.delete(home[0], home[1])
+        else:
+            _delete_marked(doc, home[2])
+    return doc.text()
+
+
+def _away(doc: Document, prm: Params, cluster: str) -> str:
+    """The text (``local`` active) with ``cluster``'s values written, those they replace kept
+    under ``clusters.local``."""
+    sw = params.switch(prm, cluster)
+    key = sw.key
+    if sw.kept is not None:
+        _keep(doc, prm, sw.kept)
+    for path, _ in _set_by(prm.overlays.get(key, {}) if key else {}):
+        new = doc.source(("clusters", key, *path)) or doc.scalar(params._get(prm.overlays[key], path))  # type: ignore[arg-type,index]
+        _put(doc, path, new)
+    return _named(doc, cluster)
+
+
+def _named(doc: Document, cluster: str) -> str:
+    """The text with orchestrator.cluster naming ``cluster`` (for local, without the entry a switch added for it)."""
+    added = _added(doc, CLUSTER_KEY) if cluster == HOME else None
+    if added is not None:
+        parent, key_node, _ = doc.entry(added)  # type: ignore[misc]
+        doc.delete(parent, key_node)
+        return doc.text()
+    cluster_node = doc.editable(CLUSTER_KEY)
+    if cluster_node is not None:
+        doc.replace(CLUSTER_KEY, doc.scalar(cluster, like=cluster_node))
+    else:
+        _put(doc, CLUSTER_KEY, doc.scalar(cluster))
+    return doc.text()
+
+
+def _keep(doc: Document, prm: Params, kept: dict[str, Any]) -> None:
+    """``clusters.local`` made to hold ``kept``, each value spelled as params.yaml spells it."""
+    top = params._top(prm.data)
+    sources: dict[str, Any] = {}
+    for key, value in params._leaves(kept):
+        new = (doc.source(key) if params._has(top, key) else None) or doc.scalar(value)
+        _nest(sources, key, new)
+    home = doc.entry(("clusters", HOME))
+    if home is None:
+        clusters = doc.mapping(("clusters",))
+        if clusters is None:
+            raise Unfaithful(f"{PARAMS_FILE}: clusters is not a mapping written in this file")
+        doc.insert(clusters, HOME, sources, MARK)
+        return
+    for key, _ in params._leaves(kept):
+        _put(doc, ("clusters", HOME, *key), _get_nested(sources, key))
+
+
+def _put(doc: Document, key: Key, new: Source | str) -> None:
+    """``key`` given ``new``: its value replaced where the file has it (if spelled otherwise),
+    else the missing entries added, marked, under the deepest mapping the file has."""
+    if doc.editable(key) is not None:
+        if _text(doc, key) != _spelled(new):
+            doc.replace(key, new)
+        return
+    depth = len(key) - 1
+    while depth and doc.mapping(key[:depth]) is None:
+        depth -= 1
+    parent = doc.mapping(key[:depth])
+    if parent is None and depth == 0 and doc.root is None:  # an empty file
+        doc.insert(None, key[0], _nested(key[1:], new), MARK)
+        return
+    if parent is None or doc.entry(key[: depth + 1]) is not None:
+        where = ".".join(key[: depth + 1])
+        raise Unfaithful(f"{PARAMS_FILE}: {where} is not a mapping written in this file, so {'.'.join(key)} cannot be added")
+    doc.insert(parent, key[depth], _nested(key[depth + 1 :], new), MARK)
+
+
+def _nested(key: Key, value: Any) -> Any:
+    for part in reversed(key):
+        value = {part: value}
+    return value
+
+
+def _added(doc: Document, key: Key) -> Key | None:
+    """The outermost entry on the way to ``key`` that a switch added (its line carries :data:`MARK`)."""
+    for depth in range(1, len(key) + 1):
+        entry = doc.entry(key[:depth])
+        if entry is None:
+            return None
+        if _marks(doc, entry[1]):
+            return key[:depth]
+    return None
+
+
+def _marks(doc: Document, key_node: Any) -> bool:
+    return doc.line_of(key_node).rstrip().endswith(MARK)
+
+
+def _delete_marked(doc: Document, mapping: Any) -> None:
+    """Remove each entry under ``mapping`` that a switch added."""
+    import yaml
+
+    if not isinstance(mapping, yaml.MappingNode):
+        return
+    for key_node, value in doc.entries(mapping):
+        if _marks(doc, key_node):
+            doc.delete(mapping, key_node)
+        else:
+            _delete_marked(doc, value)
+
+
+def _text(doc: Document, key: Key) -> str:
+    try:
+        found = doc.source(key)
+    except Unfaithful:
+        return "\0"  # holds an anchor: never the same text as a value written out
+    return "\0" if found is None else _spelled(found)
+
+
+def _spelled(new: Source | str) -> str:
+    return new.text if isinstance(new, Source) else new
+
+
+def _nest(out: dict[str, Any], key: Key, value: Any) -> None:
+    for part in key[:-1]:
+        out = out.setdefault(part, {})
+    out[key[-1]] = value
+
+
+def _get_nested(data: dict[str, Any], key: Key) -> Any:
+    for part in key:
+        data = data[part]
+    return data
+
+
+def _normal(top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` without the orchestrator settings that hold their default (written or not, the
+    same; local is the cluster named by none)."""
+    from dataclasses import MISSING, fields
+
+    defaults = {f.name: f.default for f in fields(params.Settings) if f.default is not MISSING}
+    section = top.get("orchestrator")
+    if not isinstance(section, Mapping):
+        return top
+    same = {k: (d, list(d or ())) for k, d in defaults.items()}
+    kept = {k: v for k, v in section.items() if not (k in same and v in same[k] or (k, v) == ("cluster", HOME))}
+    rest = {k: v for k, v in top.items() if k != "orchestrator"}
+    return {**rest, "orchestrator": kept} if kept else rest
+
+
+def _check(text: str, prm: Params, cluster: str, wanted: params.Switch, source: str) -> Params:
+    """The switched text must read as the switch says (with DVC's YAML 1.2): params.yaml's values
+    the cluster's, the way back giving the values of now, every other cluster's entry as it was."""
+    back = params.from_text(text, source)
+    problems = []
+    if not _same(_normal(params._top(back.data)), _normal(wanted.top)):
+        problems.append(f"its values do not read as {cluster}'s")
+    others = {k: v for k, v in prm.overlays.items() if k != HOME}
+    if not _same({k: v for k, v in back.overlays.items() if k != HOME}, others):
+        problems.append("another cluster's entry changed")
+    if _active(back) != HOME and not _same(_normal(params.switch(back, HOME).top), _normal(params.switch(prm, HOME).top)):
+        problems.append(f"`orchestrator use {HOME}` would not give back the values of now")
+    if problems:
+        raise Unfaithful(
+            f"{source}: the switch to {cluster} cannot be written without changing other values, so nothing was written",
+            problems,
+            hints=["write the values it changes out plainly (no anchors or aliases, block mappings), then switch again"],
+        )
+    return back
