@@ -71,7 +71,9 @@ def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tupl
     them (dvc exp show); as with any dvc exp run, the workspace keeps them unless --temp or --queue.
     --cluster, --print and --project are this command's wherever they stand before a `--`;
     a -S of yours for a key the cluster sets wins over the cluster's value (said). An unknown
-    cluster is refused before DVC runs.
+    cluster is refused before DVC runs. Values -S cannot carry as written (${...} text, which
+    DVC's -S expands; dotted keys) run with params.yaml switched as `use` does instead, put back
+    after --temp or --queue.
     """
     dvc_args, ours = _own_options(dvc_args)
     cluster = ours.get("cluster", cluster)
@@ -84,8 +86,14 @@ def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tupl
     if not name:
         raise OrchestratorError("no cluster given: name the one whose values the experiment runs with, e.g. --cluster lumi")
     _known(name)
-    sets = params.dvc_sets(prm, name)
     theirs = _set_keys(dvc_args)
+    try:
+        sets = params.dvc_sets(prm, name)
+    except params.NotSendable as refused:
+        if theirs and any("${" in problem for problem in refused.problems):
+            raise  # DVC's -S, yours too, writes the whole file back resolved
+        _run_switched(project, name, dvc_args, print_only)
+        return
     for given in [s for s in sets if _set_key(s) in theirs]:
         click.echo(f"orchestrator: your -S {_set_key(given)}=... wins over {name}'s ({given})", err=True)
     sets = [s for s in sets if _set_key(s) not in theirs]
@@ -102,6 +110,51 @@ def exp_run(cluster: str | None, print_only: bool, project: Path, dvc_args: tupl
         done = subprocess.run(command, cwd=project, check=False)
     except FileNotFoundError:
         raise OrchestratorError("dvc is not installed here (the dvc command was not found)") from None
+    sys.exit(done.returncode)
+
+
+def _run_switched(project: Path, cluster: str, dvc_args: tuple[str, ...], print_only: bool) -> None:
+    """`dvc exp run DVC_ARGS` with params.yaml switched to ``cluster`` as `use` switches it, for
+    values -S cannot carry as they are (``${...}`` text, which DVC's -S resolves through OmegaConf
+    and writes back expanded; keys with dots). The experiment holds the cluster's values as
+    written; with --temp or --queue the workspace's params.yaml is put back once DVC has taken
+    its copy (unless it was changed meanwhile), in the workspace it stays switched, as -S leaves it."""
+    from orchestrator.config import switching
+    from orchestrator.util import files, yamlio
+
+    command = ["dvc", "exp", "run", *dvc_args]
+    before = dvc_args[: dvc_args.index("--")] if "--" in dvc_args else dvc_args
+    elsewhere = any(a in ("--temp", "--queue") for a in before)
+    if print_only:
+        put_back = "  # params.yaml put back as it was after" if elsewhere else ""
+        click.echo(f"orchestrator use {shlex.quote(cluster)} && {shlex.join(command)}{put_back}")
+        return
+    from orchestrator.pipeline import dvcfiles
+
+    path = files.edit_target(project, project / params.PARAMS_FILE)
+    text = yamlio.read_file(path)
+    switched = switching.written(text, cluster, str(path)).text
+    dvcfiles.require_readable(project)
+    dvcfiles.keep(project)
+    mode = path.stat().st_mode & 0o7777
+    click.echo(
+        f"orchestrator: values -S cannot carry as written: params.yaml switched to {cluster} for `{shlex.join(command)}`"
+        + (", put back after" if elsewhere else ""),
+        err=True,
+    )
+    files.atomic_write(path, switched, mode=mode)
+    try:
+        done = subprocess.run(command, cwd=project, check=False)
+    except FileNotFoundError:
+        done = None
+    finally:
+        if elsewhere:
+            if yamlio.read_file(path) == switched:
+                files.atomic_write(path, text, mode=mode)
+            else:
+                click.echo(f"orchestrator: {params.PARAMS_FILE} changed while the experiment ran: left as it is", err=True)
+    if done is None:
+        raise OrchestratorError("dvc is not installed here (the dvc command was not found)")
     sys.exit(done.returncode)
 
 

@@ -418,12 +418,16 @@ def dvc_sets(prm: Params, cluster: str) -> list[str]:
         except ValueError as exc:
             problems.append(f"{'.'.join(map(str, key))}: {exc}")
     if problems:
-        raise ConfigError(
+        raise NotSendable(
             f"cannot pass {cluster}'s values to `dvc exp run -S`: nothing was run",
             problems,
             hints=[f"switch the workspace instead: `orchestrator use {_shell(cluster)}`, then `dvc exp run`"],
         )
     return sets
+
+
+class NotSendable(ConfigError):
+    """Values ``dvc exp run -S`` cannot carry as they are (:func:`dvc_sets`)."""
 
 
 def _texts(value: Any) -> Iterator[str]:

@@ -40,8 +40,9 @@ def test_exp_run_with_a_clusters_values_gives_dvc_exactly_the_overlays_values(tm
     """`orchestrator exp run --cluster testbed` with values DVC's -S grammar mangled: a float
     written 3e-4 (sent as text, it came back text), a backslash (`\\w+` came back `\\\\w+`).
     `dvc exp show` lists exactly the overlay's values. An interpolation (`${oc.env:...}`), which
-    DVC's -S expands into params.yaml and the experiment's commit, is refused: nothing runs, the
-    secret is nowhere."""
+    DVC's -S would expand into params.yaml and the experiment's commit, runs with params.yaml
+    switched instead: the experiment lists it as written, the secret is nowhere, and a --temp
+    run puts the workspace's params.yaml back byte for byte."""
     import json
     import subprocess
 
@@ -56,19 +57,30 @@ def test_exp_run_with_a_clusters_values_gives_dvc_exactly_the_overlays_values(tm
     project = make_project(tmp_path / "p", dvc_yaml=pipeline, params_yaml=yaml.safe_dump({**base, "clusters": {"testbed": overlay}}))
     with_git(project, "values")
     env = {**os.environ, "ORCH_TEST_SECRET": "s3cr3t-value", **GIT_ENV}
+
+    def shown(name: str) -> dict:
+        exps = [e for entry in json.loads(dvc(project, "exp", "show", "--json").stdout) for e in entry.get("experiments") or []]
+        (exp,) = [rev for e in exps for rev in e.get("revs") or [] if rev.get("name") == name]
+        return exp["data"]["params"]["params.yaml"]["data"]
+
     done = run_orchestrator("exp", "run", "--cluster", "testbed", "-n", "on-testbed", cwd=project, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    exps = [e for entry in json.loads(dvc(project, "exp", "show", "--json").stdout) for e in entry.get("experiments") or []]
-    (exp,) = [rev for e in exps for rev in e.get("revs") or [] if rev.get("name") == "on-testbed"]
-    values = exp["data"]["params"]["params.yaml"]["data"]
+    values = shown("on-testbed")
     assert {k: values[k] for k in ("lr", "pattern", "note")} == {k: overlay[k] for k in ("lr", "pattern", "note")}, values
     assert values["orchestrator"] == {"cluster": "testbed", "account": ACCOUNT}
 
     subprocess.run(["git", "checkout", "-q", "--", "."], cwd=project, check=True)
     text = (project / "params.yaml").read_text().replace('say "hi"', "${oc.env:ORCH_TEST_SECRET}")
     (project / "params.yaml").write_text(text)
-    refused = run_orchestrator("exp", "run", "--cluster", "testbed", "-n", "leak", cwd=project, env=env)
-    assert refused.returncode == 2 and "holds ${...}, which DVC's -S resolves" in refused.stderr, refused.stderr
+    subprocess.run(["git", "commit", "-qam", "an interpolation"], cwd=project, env=env, check=True)
+    done = run_orchestrator("exp", "run", "--cluster", "testbed", "--temp", "-n", "interpolated", cwd=project, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "params.yaml switched to testbed" in done.stderr
+    assert shown("interpolated")["note"] == "${oc.env:ORCH_TEST_SECRET}"
+    assert (project / "params.yaml").read_text() == text  # --temp: the workspace's file put back
     history = subprocess.run(["git", "log", "-p", "--all"], cwd=project, capture_output=True, text=True, check=True).stdout
     assert "s3cr3t-value" not in history and "s3cr3t-value" not in (project / "params.yaml").read_text()
+    # your own -S would make DVC resolve the whole file: refused, nothing run
+    refused = run_orchestrator("exp", "run", "--cluster", "testbed", "-n", "leak", "-S", "lr=0.5", cwd=project, env=env)
+    assert refused.returncode == 2 and "holds ${...}, which DVC's -S resolves" in refused.stderr, refused.stderr
     assert "leak" not in dvc(project, "exp", "list", "--all-commits").stdout

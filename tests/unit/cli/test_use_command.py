@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -156,3 +158,19 @@ def test_use_follows_a_params_link_inside_the_project_and_refuses_one_leading_ou
     else:
         assert result.exit_code == 2 and "outside the project" in result.output, result.output
         assert (root / "params.yaml").is_symlink() and target.read_text() == PARAMS
+
+
+@pytest.mark.parametrize(("flags", "put_back"), [((), False), (("--temp",), True), (("--queue",), True)])
+def test_exp_run_switches_params_yaml_for_values_s_cannot_carry(tmp_path, flags, put_back):
+    """A dotted key (no -S override can name it) or any ${...} in the file (DVC's -S would expand
+    it): the experiment runs with params.yaml switched as `use` switches it."""
+    text = "orchestrator:\n  cluster: local\n'a.b': 1\nnote: ${oc.env:TOKEN}\nclusters:\n  lumi:\n    'a.b': 2\n"
+    (tmp_path / "params.yaml").write_text(text)
+    args = ["exp", "run", "--cluster", "lumi", "--print", "--project", str(tmp_path), "-n", "x", *flags]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    command = shlex.join(["dvc", "exp", "run", "-n", "x", *flags])
+    assert result.output.strip() == f"orchestrator use lumi && {command}" + ("  # params.yaml put back as it was after" if put_back else "")
+    assert (tmp_path / "params.yaml").read_text() == text
+    refused = CliRunner().invoke(main, [*args, "-S", "note=x"])
+    assert refused.exit_code == 2 and "holds ${...}, which DVC's -S resolves" in refused.output
