@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from orchestrator.config import params
 from orchestrator.config.params import HOME, PARAMS_FILE, Key, Params
 from orchestrator.errors import ConfigError
@@ -123,6 +125,11 @@ def _back(doc: Document, prm: Params) -> str:
             doc.delete(parent, key_node)
             gone.append(added)
             continue
+        whole = _replaced_whole(doc, key)
+        if whole is not None:  # the cluster's value replaced the mapping around it: the mapping back
+            doc.replace(whole, doc.source(("clusters", HOME, *whole)) or doc.scalar(params._get(kept, whole)))
+            gone.append(whole)
+            continue
         entry = doc.entry(key)
         new: Source | str = doc.source(("clusters", HOME, *key)) or doc.scalar(value)  # else kept through a merge key
         if entry is None:
@@ -147,6 +154,18 @@ def _back(doc: Document, prm: Params) -> str:
         else:
             _delete_marked(doc, home[2])
     return doc.text()
+
+
+def _replaced_whole(doc: Document, key: Key) -> Key | None:
+    """The outermost key on the way to ``key`` that params.yaml holds as no mapping (a cluster's
+    null or number replaced the mapping the kept ``key`` was in), if any."""
+    for depth in range(1, len(key)):
+        node = doc.node(key[:depth])
+        if node is None:
+            return None
+        if not isinstance(node, yaml.MappingNode):
+            return key[:depth]
+    return None
 
 
 def _away(doc: Document, prm: Params, cluster: str) -> str:

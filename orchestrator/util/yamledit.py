@@ -57,7 +57,8 @@ class Document:
         self.source_name = source
         self.bom = text.startswith(BOM)
         self.body = text[1:] if self.bom else text  # libyaml counts no BOM in its marks
-        self.newline = "\r\n" if "\r\n" in self.body else "\n"
+        # The line break of most lines: the one a line added at the end of the file gets.
+        self.newline = "\r\n" if self.body.count("\r\n") * 2 > self.body.count("\n") else "\n"
         try:
             self.root = yaml.compose(self.body, Loader=yamlio._LOADER)
         except yaml.YAMLError as exc:
@@ -166,7 +167,7 @@ class Document:
             # From the key's colon (or the line after its comment): a value moves between the key's
             # line and the lines below as its form changes.
             start, commented = self._after_key(key_node, start)
-            lead = "" if commented else self.newline
+            lead = "" if commented else self._newline_at(start)
             if isinstance(new, Source) and new.block:
                 column = key_node.start_mark.column + new.offset
                 text = lead + " " * column + _shifted(new.text, column - new.column, self.source_name)
@@ -174,7 +175,8 @@ class Document:
                 column = key_node.start_mark.column + 2
                 text = " " * column + self._placed(new, column)
             else:
-                text = " " + self._placed(new, self._column(start) + 1)
+                placed = self._placed(new, self._column(start) + 1)
+                text = " " + placed if placed else ""  # an empty value is written ``key:``
         else:
             text = self._placed(new, self._column(start))
             if start == end and isinstance(node, yaml.ScalarNode) and text:
@@ -191,9 +193,10 @@ class Document:
         if mapping is None:
             if self.root is not None:
                 raise Unfaithful(f"{self.source_name}: the document is not a mapping, so {name} cannot be added to it")
-            lead = self.newline if self.body and not self.body.endswith("\n") else ""
-            lines = self._entry_lines(name, value, 0, f"  {mark}")
-            self._edit(len(self.body), len(self.body), lead + self.newline.join(lines) + self.newline)
+            newline = self._newline_at(len(self.body))
+            lines = newline.join(self._entry_lines(name, value, 0, f"  {mark}"))
+            ends = not self.body or self.body.endswith("\n")
+            self._edit(len(self.body), len(self.body), lines + newline if ends else newline + lines)
             return
         if mapping.flow_style or not mapping.value:
             raise Unfaithful(
@@ -201,12 +204,13 @@ class Document:
                 f"a key ({name}) cannot be added to it as its own line; write it as a block mapping"
             )
         column = mapping.value[0][0].start_mark.column
-        end = self._content_end(mapping)
-        line_end = self.body.find("\n", end)
-        at = len(self.body) if line_end < 0 else line_end + 1
-        lead = self.newline if line_end < 0 else ""
-        lines = self._entry_lines(name, value, column, f"  {mark}")
-        self._edit(at, at, lead + self.newline.join(lines) + self.newline)
+        line_end = self.body.find("\n", self._content_end(mapping))
+        newline = self._newline_at(self._content_end(mapping))
+        lines = newline.join(self._entry_lines(name, value, column, f"  {mark}"))
+        if line_end < 0:  # the last line, with no line break: the file still ends without one
+            self._edit(len(self.body), len(self.body), newline + lines)
+        else:
+            self._edit(line_end + 1, line_end + 1, lines + newline)
 
     def delete(self, mapping: yaml.MappingNode, key_node: yaml.ScalarNode) -> None:
         """Remove the entry ``key_node`` of the block mapping ``mapping``: its lines, whole."""
@@ -215,6 +219,8 @@ class Document:
         if self.body[begin : key_node.start_mark.index].strip(" "):
             raise Unfaithful(f"{self.source_name}: the entry at line {key_node.start_mark.line + 1} does not stand on lines of its own")
         end = self.body.find("\n", self._content_end(value))
+        if end < 0 and begin:  # the last line, with no line break: the one before it loses its own
+            begin -= 2 if self.body[begin - 2 : begin] == "\r\n" else 1
         self._edit(begin, len(self.body) if end < 0 else end + 1, "")
 
     def text(self) -> str:
@@ -352,7 +358,14 @@ class Document:
         return [f"{head} {text}{comment}" if text else head + comment]
 
     def _edit(self, start: int, end: int, new: str) -> None:
-        self._edits.append((start, end, len(self._edits), new.replace("\r\n", "\n").replace("\n", self.newline)))
+        self._edits.append((start, end, len(self._edits), new))
+
+    def _newline_at(self, index: int) -> str:
+        """The line break of the line ``index`` is on (a file may mix them: each edit keeps its line's)."""
+        end = self.body.find("\n", index)
+        if end < 0:
+            return self.newline
+        return "\r\n" if end and self.body[end - 1] == "\r" else "\n"
 
 
 def _shifted(text: str, delta: int, source: str) -> str:
