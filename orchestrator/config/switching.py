@@ -16,7 +16,7 @@ edited in one of them is refused at the next switch, naming it, not dropped or g
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -24,6 +24,7 @@ import yaml
 from orchestrator.config import params
 from orchestrator.config.params import HOME, PARAMS_FILE, Key, Params
 from orchestrator.errors import ConfigError
+from orchestrator.util import yamledit
 from orchestrator.util.yamledit import Document, Source, Unfaithful
 
 MARK = params.SWITCH_MARK
@@ -43,7 +44,27 @@ class Written:
 
 def written(text: str, cluster: str, source: str = PARAMS_FILE) -> Written:
     """params.yaml's ``text`` switched to ``cluster``; ConfigError, nothing changed, for what
-    cannot be switched faithfully."""
+    cannot be switched faithfully.
+
+    Only the entries a switch can touch are read and edited: ``orchestrator``, ``clusters``, the
+    top-level keys any cluster's entry sets, and those whose anchors they use. The rest of the
+    file, however big, is passed over once by the parser and kept as it is."""
+    try:
+        found = yamledit.entries(text)
+    except yaml.YAMLError as exc:  # nested too deep
+        raise ConfigError(f"{source} is refused: {exc}") from None
+    if found is None:
+        return _written(text, cluster, source)
+    own = {"orchestrator", "clusters"}
+    heads = params.from_text(found.part(found.with_anchors(own)), source)
+    keys = found.with_anchors(own | {key[0] for entry in heads.overlays.values() for key, _ in params._leaves(params._plain(entry))})
+    if len(keys) == len(found.keys):
+        return _written(text, cluster, source)
+    done = _written(found.part(keys), cluster, source)
+    return replace(done, text=found.splice(done.text, keys, source))
+
+
+def _written(text: str, cluster: str, source: str) -> Written:
     prm = params.from_text(text, source)
     wanted = params.switch(prm, cluster)  # every refusal of the values themselves first
     active = _active(prm)
@@ -146,7 +167,7 @@ def _back(doc: Document, prm: Params) -> str:
             if not any(CLUSTER_KEY[: len(g)] == g for g in gone):
                 doc.delete(parent, key_node)
         else:
-            doc.replace(CLUSTER_KEY, doc.scalar(HOME, like=cluster[2]))
+            doc.replace(CLUSTER_KEY, doc.source(("clusters", HOME, *CLUSTER_KEY)) or doc.scalar(HOME, like=cluster[2]))
     home = doc.entry(("clusters", HOME))
     if home is not None:
         if _marks(doc, home[1]):
@@ -203,6 +224,10 @@ def _keep(doc: Document, prm: Params, kept: dict[str, Any]) -> None:
     for key, value in params._leaves(kept):
         new = (doc.source(key) if params._has(top, key) else None) or doc.scalar(value)
         _nest(sources, key, new)
+    named = doc.source(CLUSTER_KEY)
+    if named is not None and named.text != HOME and prm.settings.cluster in (None, HOME):  # local spelled otherwise: kept so
+        _nest(sources, CLUSTER_KEY, named)
+        kept = {**kept, "orchestrator": {**kept.get("orchestrator", {}), "cluster": None}}
     home = doc.entry(("clusters", HOME))
     if home is None:
         clusters = doc.mapping(("clusters",))

@@ -384,3 +384,126 @@ def _shifted(text: str, delta: int, source: str) -> str:
         else:
             out.append(line[-delta:])
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Entries:
+    """A document's top-level entries, found by one pass of libyaml's parser (no node built):
+    each key and the lines it owns, from its key's line to the next key's (comments after it
+    included). An edit of a few entries then reads and writes only them: a 10 MB params.yaml
+    whose switch touches three keys costs that pass, not composing the whole file twice."""
+
+    body: str  # the text, its byte-order mark left out
+    bom: bool
+    keys: tuple[str, ...]
+    starts: tuple[int, ...]  # where each key's lines begin; the text before the first is the head
+    uses: tuple[frozenset[str], ...]  # the anchors each entry's aliases name
+    defines: tuple[frozenset[str], ...]
+
+    def region(self, i: int) -> str:
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.body)
+        return self.body[self.starts[i] : end]
+
+    def head(self) -> str:
+        return self.body[: self.starts[0]] if self.starts else self.body
+
+    def with_anchors(self, keys: set[str]) -> set[str]:
+        """``keys`` and every entry tied to them by an anchor: one whose anchor their aliases use,
+        and one whose aliases use their anchors (an edit of a value they share must see it is shared)."""
+        wanted = {i for i, k in enumerate(self.keys) if k in keys}
+        while True:
+            names = set().union(*(self.uses[i] | self.defines[i] for i in wanted)) if wanted else set()
+            more = {i for i in range(len(self.keys)) if (self.defines[i] | self.uses[i]) & names} - wanted
+            if not more:
+                return {self.keys[i] for i in wanted}
+            wanted |= more
+
+    def part(self, keys: set[str]) -> str:
+        """The document of the head and these entries alone, in their order (a BOM kept)."""
+        text = self.head() + "".join(self.region(i) for i, k in enumerate(self.keys) if k in keys)
+        return (BOM if self.bom else "") + text
+
+    def splice(self, edited_part: str, keys: set[str], source: str) -> str:
+        """The whole document with ``edited_part`` (a :meth:`part` of ``keys``, edited) in place:
+        each of those entries' lines replaced by its edited lines, one it lost left out, one it
+        gained placed after the last of them, every other byte as it was."""
+        edited = entries(edited_part)
+        if edited is None:
+            raise Unfaithful(f"{source}: the edited entries no longer read as top-level entries")
+        new = {k: edited.region(i) for i, k in enumerate(edited.keys)}
+        last = max((i for i, k in enumerate(self.keys) if k in keys), default=-1)
+        out = [edited.head() if self.starts else ""]
+        for i, key in enumerate(self.keys):
+            if key not in keys:
+                out.append(self.region(i))
+            elif key in new:
+                out.append(new.pop(key))
+            if i == last:
+                out.extend(new.pop(k) for k in [k for k in edited.keys if k in new and k not in self.keys])
+        out.extend(new.values())
+        return (BOM if edited.bom else "") + "".join(out)
+
+
+def entries(text: str) -> Entries | None:
+    """:class:`Entries` of ``text``; None where it is not one plain block mapping of scalar keys
+    (a directive, ``---``, more than one document, a complex key, a key twice), which is then
+    edited whole. A document nested past :data:`yamlio.MAX_DEPTH` is refused, as reading it is."""
+    bom = text.startswith(BOM)
+    body = text[1:] if bom else text
+    keys: list[str] = []
+    seen: set[str] = set()
+    starts: list[int] = []
+    uses: list[set[str]] = []
+    defines: list[set[str]] = []
+    depth = 0
+    expect_key = False
+    try:
+        events: Iterator[Any] = yaml.parse(body, Loader=yamlio._LOADER)  # told apart by class, for speed
+        for event in events:
+            kind = event.__class__
+            if kind is yaml.DocumentStartEvent:
+                if event.explicit or event.version or event.tags or keys:
+                    return None
+                continue
+            if kind in (yaml.StreamStartEvent, yaml.StreamEndEvent):
+                continue
+            if kind is yaml.DocumentEndEvent:
+                if event.explicit:
+                    return None
+                continue
+            if depth == 1 and expect_key:
+                if kind is yaml.MappingEndEvent:
+                    depth = 0
+                    continue
+                if kind is not yaml.ScalarEvent or event.value in seen or event.anchor:
+                    return None
+                keys.append(event.value)
+                seen.add(event.value)
+                starts.append(body.rfind("\n", 0, event.start_mark.index) + 1)
+                uses.append(set())
+                defines.append(set())
+                expect_key = False
+                continue
+            if depth == 0:
+                if kind is not yaml.MappingStartEvent or event.flow_style or event.anchor or keys:
+                    return None
+                depth, expect_key = 1, True
+                continue
+            if kind is yaml.AliasEvent:
+                uses[-1].add(event.anchor)
+            elif getattr(event, "anchor", None):
+                defines[-1].add(event.anchor)
+            if kind in (yaml.MappingStartEvent, yaml.SequenceStartEvent):
+                depth += 1
+                if depth > yamlio.MAX_DEPTH:
+                    raise yamlio.TooDeep(f"it nests deeper than {yamlio.MAX_DEPTH} levels")
+            elif kind in (yaml.MappingEndEvent, yaml.SequenceEndEvent):
+                depth -= 1
+            expect_key = depth == 1
+    except yaml.YAMLError:
+        return None  # read whole, it gets its one message
+    return _ended(body, bom, keys, starts, uses, defines)
+
+
+def _ended(body: str, bom: bool, keys: list[str], starts: list[int], uses: list[set[str]], defines: list[set[str]]) -> Entries:
+    return Entries(body, bom, tuple(keys), tuple(starts), tuple(map(frozenset, uses)), tuple(map(frozenset, defines)))

@@ -84,7 +84,8 @@ def test_any_damage_to_params_yaml_is_one_message_or_a_faithful_switch(tmp_path,
         return
     back = invoke(tmp_path, "use", "local")
     assert back.exit_code == 0, back.output
-    if params.from_text(damaged, "params.yaml").settings.cluster in (None, "local"):  # else the way back is to that cluster
+    section = params.from_text(damaged, "params.yaml").data.get("orchestrator") or {}
+    if section.get("cluster", "local") == "local":  # else the way back is to that cluster
         assert (tmp_path / "params.yaml").read_bytes() == damaged.encode()
 
 
