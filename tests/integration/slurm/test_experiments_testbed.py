@@ -128,3 +128,42 @@ def _states(project, since: float) -> list[tuple[str, str]]:
     argv = ["sacct", "-X", "-n", "-P", "-S", start, "-A", ACCOUNT, "--format=JobIDRaw,State,WorkDir"]
     rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
     return [(row[0], row[1].split()[0]) for row in rows if row[-1].startswith(str(project.resolve()) + "/.dvc/tmp/exps/")]
+
+
+def test_exp_run_with_the_testbeds_values_runs_there_and_dvc_lists_them_exactly(slurm_testbed, tmp_path):
+    """`orchestrator exp run --cluster testbed` on an overlay of a float spelled 3e-4, a
+    backslash (`\\w+`) and an interpolation (`${oc.env:...}`, which DVC's -S would expand into
+    the commit): the item runs as a testbed job with 3e-4, and `dvc exp show` lists each value
+    exactly as the overlay has it; the secret is nowhere in git."""
+    from support import SWEEP_DVC_YAML, make_project, run_orchestrator, with_git
+
+    params_yaml = (
+        "orchestrator:\n  cluster: local\n  account: null\n"
+        "sweep:\n  lr: 0.1\n  pattern: x\n  note: none\n"
+        "clusters:\n  testbed:\n    orchestrator:\n      account: " + ACCOUNT + "\n"
+        "    sweep:\n      lr: 3e-4\n      pattern: '\\w+'\n      note: ${oc.env:ORCH_TEST_SECRET}\n"
+    )
+    project = with_git(make_project(tmp_path / "p", dvc_yaml=SWEEP_DVC_YAML, params_yaml=params_yaml), "values")
+    env = {**os.environ, "ORCH_POLL_MAX_S": "2", "ORCH_TEST_SECRET": "s3cr3t-value", **GIT_ENV}
+    done = run_orchestrator("exp", "run", "--cluster", "testbed", "-n", "on-testbed", cwd=project, env=env, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert exp_metrics(project)["on-testbed"] == 6e-4  # the job computed it from 3e-4
+    exps = json.loads(dvc(project, "exp", "show", "--json").stdout)
+    (rev,) = [r for b in exps for e in b.get("experiments") or [] for r in e.get("revs") or [] if r.get("name") == "on-testbed"]
+    values = rev["data"]["params"]["params.yaml"]["data"]
+    assert values["sweep"] == {"lr": 3e-4, "pattern": "\\w+", "note": "${oc.env:ORCH_TEST_SECRET}"}, values
+    assert values["orchestrator"]["cluster"] == "testbed"
+    history = subprocess.run(["git", "log", "-p", "--all"], cwd=project, capture_output=True, text=True, check=True).stdout
+    assert "s3cr3t-value" not in history
+    assert _slurm_jobs_of(project)  # it ran as a Slurm job on the testbed
+
+
+def _slurm_jobs_of(project) -> list[str]:
+    deadline = time.time() + 60  # slurmdbd lists a job that just ended a while later
+    while True:
+        argv = ["sacct", "-X", "-n", "-P", "-S", "now-1hour", "-A", ACCOUNT, "--format=JobIDRaw,WorkDir"]
+        rows = [line.split("|") for line in subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()]
+        ours = [row[0] for row in rows if row[-1].startswith(str(project.resolve()))]
+        if ours or time.time() > deadline:
+            return ours
+        time.sleep(2)
