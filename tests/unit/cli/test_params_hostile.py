@@ -105,3 +105,41 @@ def test_any_leading_assignments_of_a_wrapped_command_reach_the_program(names, v
     words = subprocess.run(["bash", "-c", f"printf '%s\\0' {after}"], capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
     out = subprocess.run(words, capture_output=True, text=True, check=True).stdout  # as `orchestrator run` starts them
     assert out.splitlines() == [repr(v) for v in values[: len(names)]]
+
+
+@ONE_DIR
+@given(
+    hops=st.lists(st.tuples(st.sampled_from(["inside", "outside"]), st.booleans()), min_size=1, max_size=3),
+    exists=st.booleans(),
+)
+def test_any_chain_of_links_is_written_through_inside_the_project_only(tmp_path_factory, hops, exists):
+    """params.yaml a link, through 1 to 3 hops (each inside or outside the project, relative or
+    absolute), to a file or to nothing: `use` edits the file the chain ends at when that is in the
+    project, else refuses with one message, and nothing outside the project is written or made."""
+    import os
+
+    base = tmp_path_factory.mktemp("links")
+    project, outside = base / "p", base / "elsewhere"
+    project.mkdir()
+    outside.mkdir()
+    link = project / "params.yaml"
+    for n, (where, relative) in enumerate(hops):
+        folder = project / "sub" if where == "inside" else outside
+        folder.mkdir(exist_ok=True)
+        target = folder / f"hop{n}.yaml"
+        link.symlink_to(os.path.relpath(target, link.parent) if relative else target)
+        link = target
+    if exists:
+        link.write_text(BASE)
+    final = link.resolve()
+    before = {p: p.read_bytes() for p in base.rglob("*") if p.is_file() and not p.is_symlink()}
+    result = invoke(project, "use", "testbed")
+    after = {p: p.read_bytes() for p in base.rglob("*") if p.is_file() and not p.is_symlink()}
+    inside = project.resolve() in final.parents
+    if inside and exists:
+        assert result.exit_code == 0, result.output
+        assert after.keys() == before.keys() and (project / "params.yaml").is_symlink()
+        assert {p for p in after if after[p] != before[p]} == {final}
+    else:
+        one_message(result)
+        assert after == before
