@@ -276,7 +276,10 @@ def status(
         if not rows and sweep_name is None:
             # A bare header would read as "something is wrong": say what fills the table.
             what = f"no submitted item matches {' '.join(targets)}" if targets else "nothing submitted from this project yet"
-            click.echo(f"{what}: `dvc repro` (one process here, jobs through `orchestrator run`) or `orchestrator submit` puts items here")
+            click.echo(
+                f"{what}: `dvc repro` (one process here, jobs through `orchestrator run`) or `orchestrator submit` puts items "
+                "here; what was submitted from a workstation (`submit --remote`) is listed by `orchestrator status --remote`"
+            )
             return
         arrays = st.summaries(rows)
         if len(rows) > SHOWN_ROWS and not all_rows:

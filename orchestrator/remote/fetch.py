@@ -347,6 +347,8 @@ class FetchPlan:
 
 def _plan(name: str, entry: Any, hasher: Hasher, own: frozenset[str]) -> FetchPlan | FetchResult:
     """What to fetch of stage ``name``, its entry checked before any byte moves; a refused stage: its FetchResult."""
+    if hasher.declared(name) is None:  # an item that left the matrix since (or never was one here): nothing of it placed
+        return FetchResult(name, False, why="not a stage of this project's dvc.yaml (an item that left the matrix?): not fetched")
     try:
         outs = trust.verify_outs(name, entry, hasher.declared(name), own)
         if not outs:

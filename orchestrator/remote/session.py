@@ -368,7 +368,12 @@ class Follower:
             raise Detached(self.goes_on()) from None
 
     def log(self) -> str:
-        return f"{self.session.dest.host}:{self.session.project}/{RUNS_DIR}/{self.run_id or '<run>'}/log"
+        """Where the run's log is there: its own folder once the far side has named the run, else
+        the pattern of its folders (a run id is a UTC time, the command, a number), the newest."""
+        where = f"{self.session.dest.host}:{self.session.project}/{RUNS_DIR}"
+        if self.run_id:
+            return f"{where}/{self.run_id}/log"
+        return f"{where}/*-{self.argv[0] if self.argv else '*'}-*/log, the newest"
 
     def goes_on(self) -> list[str]:
         what = f"`orchestrator {' '.join(self.argv)}`" if self.argv else "the remote command"

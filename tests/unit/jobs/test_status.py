@@ -159,6 +159,7 @@ def test_status_of_a_project_with_nothing_submitted_says_what_fills_it(tmp_path)
     result = invoke("status", "--project", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert "nothing submitted from this project yet" in result.output and "orchestrator submit" in result.output
+    assert "`orchestrator status --remote`" in result.output  # a workstation's items are the login node's
     assert "state" not in result.output
 
 

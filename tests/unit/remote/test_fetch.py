@@ -397,7 +397,9 @@ def test_an_out_the_stage_does_not_declare_here_is_refused_with_its_stage(cluste
     assert results[0].refused and "'notes.txt', which this project's dvc.yaml does not declare an out of train@1" in said[-1], said
 
 
-def test_a_stage_this_dvc_yaml_does_not_define_is_refused(cluster, tmp_path):
+def test_a_stage_this_dvc_yaml_does_not_define_is_skipped_and_nothing_of_it_placed(cluster, tmp_path):
+    """An item that left the matrix is still in the cluster's dvc.lock: said and skipped, each
+    later fetch exiting 0 (it failed every one), and nothing of it written here."""
     there = tmp_path / "there"
     shutil.copytree(cluster, there)
     lock = yaml.safe_load((there / "dvc.lock").read_text())
@@ -406,11 +408,12 @@ def test_a_stage_this_dvc_yaml_does_not_define_is_refused(cluster, tmp_path):
     here = project(tmp_path / "ws")
     results, said = run_fetch(here, there)
     assert [(r.stage, r.fetched, r.refused) for r in results] == [
-        ("ghost", False, True),
+        ("ghost", False, False),
         ("train@1", True, False),
         ("train@2", True, False),
     ]
-    assert "refused ghost: this project's dvc.yaml has no such stage" in said
+    assert "skipped ghost: not a stage of this project's dvc.yaml (an item that left the matrix?): not fetched" in said
+    assert "ghost" not in (here / "dvc.lock").read_text()
 
 
 @pytest.mark.parametrize(

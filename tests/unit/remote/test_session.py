@@ -145,6 +145,15 @@ def test_ctrl_c_stops_the_following_only():
     assert caught.value.exit_code == 130 and "nothing was stopped on the cluster" in caught.value.render()
 
 
+def test_ctrl_c_before_the_far_side_named_the_run_says_where_its_log_is_not_a_placeholder():
+    conn = FakeConnection([([KeyboardInterrupt], "", 0)])
+    with pytest.raises(Detached) as caught:
+        _session(conn).run(["submit"], lambda b: None, lambda s: None)
+    text = caught.value.render()
+    assert "<run>" not in text and "log: lumi:/scratch/p/proj/.orchestrator/remote/*-submit-*/log, the newest" in text, text
+    assert "orchestrator remote attach" in text
+
+
 def test_a_drop_before_the_run_started_starts_it_again_and_an_attach_is_said():
     T = session.TAG
     conn = FakeConnection([([], "client_loop: send disconnect: Broken pipe\n", 255), ([], f"{T} attached r1 submit\n{T} exit 0\n", 0)])
