@@ -457,6 +457,8 @@ def entries(text: str) -> Entries | None:
     defines: list[set[str]] = []
     depth = 0
     expect_key = False
+    # Below the root, each open collection: None for a sequence, [nodes so far, its keys] for a mapping.
+    nested: list[Any] = []
     try:
         events: Iterator[Any] = yaml.parse(body, Loader=yamlio._LOADER)  # told apart by class, for speed
         for event in events:
@@ -493,13 +495,23 @@ def entries(text: str) -> Entries | None:
                 uses[-1].add(event.anchor)
             elif getattr(event, "anchor", None):
                 defines[-1].add(event.anchor)
-            if kind in (yaml.MappingStartEvent, yaml.SequenceStartEvent):
-                depth += 1
-                if depth > yamlio.MAX_DEPTH:
+            if kind is yaml.ScalarEvent or kind is yaml.AliasEvent:
+                if nested and nested[-1] is not None:
+                    mapping = nested[-1]
+                    if not mapping[0] % 2 and kind is yaml.ScalarEvent and event.value != "<<":
+                        if event.value in mapping[1]:  # a key twice (or 1 and '1'): read whole, refused there if one
+                            return None
+                        mapping[1].add(event.value)
+                    mapping[0] += 1
+            elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+                if len(nested) + 2 > yamlio.MAX_DEPTH:
                     raise yamlio.TooDeep(f"it nests deeper than {yamlio.MAX_DEPTH} levels")
-            elif kind in (yaml.MappingEndEvent, yaml.SequenceEndEvent):
-                depth -= 1
-            expect_key = depth == 1
+                nested.append([0, set()] if kind is yaml.MappingStartEvent else None)
+            else:  # the end of one
+                nested.pop()
+                if nested and nested[-1] is not None:
+                    nested[-1][0] += 1
+            expect_key = not nested
     except yaml.YAMLError:
         return None  # read whole, it gets its one message
     return _ended(body, bom, keys, starts, uses, defines)

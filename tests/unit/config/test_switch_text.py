@@ -118,8 +118,9 @@ def test_what_the_switch_keeps_is_spelled_as_the_file_spells_it():
     [
         ("shared: &s {lr: 1}\nalso: *s\norchestrator:\n  cluster: local\nclusters:\n  testbed:\n    shared: {lr: 2}\n", "alias"),
         ("lr: 1\norchestrator: {cluster: local}\nclusters: {testbed: {lr: 2}}\n", "flow style"),
+        ("lr: 1\nother:\n  x: 1\n  x: 2\norchestrator: {cluster: local}\nclusters:\n  testbed: {lr: 2}\n", "found the key 'x' twice"),
     ],
-    ids=["alias-shared-with-a-value-it-changes", "flow-clusters-gets-no-entry"],
+    ids=["alias-shared-with-a-value-it-changes", "flow-clusters-gets-no-entry", "a-key-twice-in-an-entry-it-does-not-touch"],
 )
 def test_what_cannot_be_switched_faithfully_is_refused(text, said):
     with pytest.raises(ConfigError, match=said):
