@@ -25,7 +25,7 @@ from orchestrator.config import params
 from orchestrator.config.params import HOME, PARAMS_FILE, Key, Params
 from orchestrator.errors import ConfigError
 from orchestrator.util import yamledit
-from orchestrator.util.yamledit import Document, Source, Unfaithful
+from orchestrator.util.yamledit import Document, Unfaithful, ValueText
 
 MARK = params.SWITCH_MARK
 CLUSTER_KEY: Key = ("orchestrator", "cluster")
@@ -152,7 +152,7 @@ def _back(doc: Document, prm: Params) -> str:
             gone.append(whole)
             continue
         entry = doc.entry(key)
-        new: Source | str = doc.source(("clusters", HOME, *key)) or doc.scalar(value)  # else kept through a merge key
+        new: ValueText | str = doc.source(("clusters", HOME, *key)) or doc.scalar(value)  # else kept through a merge key
         if entry is None:
             parent_map = doc.mapping(key[:-1])
             if parent_map is None:
@@ -239,7 +239,7 @@ def _keep(doc: Document, prm: Params, kept: dict[str, Any]) -> None:
         _put(doc, ("clusters", HOME, *key), _get_nested(sources, key))
 
 
-def _put(doc: Document, key: Key, new: Source | str) -> None:
+def _put(doc: Document, key: Key, new: ValueText | str) -> None:
     """``key`` given ``new``: its value replaced where the file has it (if spelled otherwise),
     else the missing entries added, marked, under the deepest mapping the file has."""
     if doc.editable(key) is not None:
@@ -301,8 +301,8 @@ def _text(doc: Document, key: Key) -> str:
     return "\0" if found is None else _spelled(found)
 
 
-def _spelled(new: Source | str) -> str:
-    return new.text if isinstance(new, Source) else new
+def _spelled(new: ValueText | str) -> str:
+    return new.text if isinstance(new, ValueText) else new
 
 
 def _nest(out: dict[str, Any], key: Key, value: Any) -> None:
@@ -342,7 +342,10 @@ def _check(text: str, prm: Params, cluster: str, wanted: params.Switch, source: 
     others = {k: v for k, v in prm.overlays.items() if k != HOME}
     if not _same({k: v for k, v in back.overlays.items() if k != HOME}, others):
         problems.append("another cluster's entry changed")
-    if _active(back) != HOME and not _same(_normal(params.switch(back, HOME).top), _normal(params.switch(prm, HOME).top)):
+    # The way back from the file of now: its own values where local is active (switch() would
+    # check the entries' names against local alone, not the profile file switched to).
+    before = params._top(prm.data) if _active(prm) == HOME else params.switch(prm, HOME).top
+    if _active(back) != HOME and not _same(_normal(params.switch(back, HOME).top), _normal(before)):
         problems.append(f"`orchestrator use {HOME}` would not give back the values of now")
     if problems:
         raise Unfaithful(

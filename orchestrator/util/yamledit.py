@@ -39,7 +39,7 @@ class Unfaithful(ConfigError):
 
 
 @dataclass(frozen=True)
-class Source:
+class ValueText:
     """A value's text as written (its anchor and tag left out), the column it starts at, and for
     a block collection (``- a`` or ``k: v`` lines) how far right of its key it stands: a copy
     keeps that, so that copying it back gives the same bytes."""
@@ -122,7 +122,7 @@ class Document:
         """Whether an alias (``*name``) uses ``node`` besides its own place."""
         return self._uses.get(id(node), 0) > 1
 
-    def source(self, key: Key) -> Source | None:
+    def source(self, key: Key) -> ValueText | None:
         """The value at ``key`` as written (None where absent); :class:`Unfaithful` where it holds
         an anchor or alias, which a copy would duplicate or cut off from its anchor."""
         found = self._found(key)
@@ -137,7 +137,7 @@ class Document:
             )
         block = isinstance(node, yaml.CollectionNode) and not node.flow_style and bool(node.value)
         column = self._column(start)
-        return Source(self.body[start:end], column, block, column - key_node.start_mark.column if block else 2)
+        return ValueText(self.body[start:end], column, block, column - key_node.start_mark.column if block else 2)
 
     def line_of(self, node: yaml.Node) -> str:
         """The whole line ``node`` starts on (its key's line, for a value on the same line)."""
@@ -153,7 +153,7 @@ class Document:
 
     # --- editing -------------------------------------------------------------------------
 
-    def replace(self, key: Key, new: Source | str) -> None:
+    def replace(self, key: Key, new: ValueText | str) -> None:
         """Write ``new`` in place of the value at ``key`` (its anchor and tag kept in front): a
         block collection on the lines below its key, anything else on the key's line."""
         found = self.entry(key)
@@ -162,13 +162,13 @@ class Document:
         _, key_node, node = found
         start, end = self._span(node)
         old_block = isinstance(node, yaml.CollectionNode) and not node.flow_style and bool(node.value)
-        new_block = isinstance(new, Source) and new.block
+        new_block = isinstance(new, ValueText) and new.block
         if old_block or new_block:
             # From the key's colon (or the line after its comment): a value moves between the key's
             # line and the lines below as its form changes.
             start, commented = self._after_key(key_node, start)
             lead = "" if commented else self._newline_at(start)
-            if isinstance(new, Source) and new.block:
+            if isinstance(new, ValueText) and new.block:
                 column = key_node.start_mark.column + new.offset
                 text = lead + " " * column + _shifted(new.text, column - new.column, self.source_name)
             elif commented:
@@ -186,7 +186,7 @@ class Document:
                     start -= 1
         self._edit(start, end, text)
 
-    def insert(self, mapping: yaml.MappingNode | None, name: str, value: Source | str | dict[str, Any], mark: str) -> None:
+    def insert(self, mapping: yaml.MappingNode | None, name: str, value: ValueText | str | dict[str, Any], mark: str) -> None:
         """Add ``name: value`` as the last entry of the block mapping ``mapping`` (None: the top
         level of an empty document), with the comment ``mark`` on its first line; ``value`` a dict
         writes a nested block of entries."""
@@ -339,22 +339,22 @@ class Document:
     def _line_start(self, index: int) -> int:
         return self.body.rfind("\n", 0, index) + 1
 
-    def _placed(self, new: Source | str, column: int) -> str:
+    def _placed(self, new: ValueText | str, column: int) -> str:
         if isinstance(new, str):
             return new
         return _shifted(new.text, column - new.column, self.source_name)
 
-    def _entry_lines(self, name: str, value: Source | str | dict[str, Any], column: int, comment: str) -> list[str]:
+    def _entry_lines(self, name: str, value: ValueText | str | dict[str, Any], column: int, comment: str) -> list[str]:
         head = " " * column + self.scalar(name) + ":"
         if isinstance(value, dict):
             lines = [head + comment]
             for key, sub in value.items():
                 lines += self._entry_lines(key, sub, column + 2, "")
             return lines
-        if isinstance(value, Source) and value.block:
+        if isinstance(value, ValueText) and value.block:
             body = _shifted(value.text, column + value.offset - value.column, self.source_name)
             return [head + comment, " " * (column + value.offset) + body]
-        text = self._placed(value, len(head) + 1) if isinstance(value, Source) else value
+        text = self._placed(value, len(head) + 1) if isinstance(value, ValueText) else value
         return [f"{head} {text}{comment}" if text else head + comment]
 
     def _edit(self, start: int, end: int, new: str) -> None:
