@@ -344,7 +344,11 @@ def _check(text: str, prm: Params, cluster: str, wanted: params.Switch, source: 
         problems.append("another cluster's entry changed")
     # The way back from the file of now: its own values where local is active (switch() would
     # check the entries' names against local alone, not the profile file switched to).
-    before = params._top(prm.data) if _active(prm) == HOME else params.switch(prm, HOME).top
+    if _active(prm) == HOME:
+        top = params._top(prm.data)
+        before = {**top, "orchestrator": {**(top.get("orchestrator") or {}), "cluster": HOME}}
+    else:
+        before = params.switch(prm, HOME).top
     if _active(back) != HOME and not _same(_normal(params.switch(back, HOME).top), _normal(before)):
         problems.append(f"`orchestrator use {HOME}` would not give back the values of now")
     if problems:
