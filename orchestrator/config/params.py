@@ -355,15 +355,7 @@ def require_switched(prm: Params, cluster: str, doing: str) -> None:
     if not differ:
         return
     if active == cluster and HOME in prm.overlays:  # switched to it (values kept): one side was edited since
-        raise ConfigError(
-            f"{PARAMS_FILE}: {cluster} is active, but some of its values here differ from clusters.{wanted.key}, so nothing "
-            f"was {doing}: one or the other was edited",
-            [f"{'.'.join(k)}: {_short(_get(_top(prm.data), k))} here, {_short(v)} in clusters.{wanted.key}" for k, v in differ],
-            hints=[
-                f"write the value {cluster} should run with in both places (params.yaml's is what DVC runs, "
-                f"clusters.{wanted.key}'s what `orchestrator use` writes)"
-            ],
-        )
+        require_agreement(prm, cluster, doing)
     here = _top(prm.data)
     shown = [f"{'.'.join(k)}: {_short(_get(here, k))} here, {_short(v)} on {cluster}" for k, v in differ]
     raise ConfigError(
@@ -376,6 +368,39 @@ def require_switched(prm: Params, cluster: str, doing: str) -> None:
             f"`orchestrator exp run --cluster {_shell(cluster)}` (dvc exp run with those values)"
         ],
     )
+
+
+def require_agreement(prm: Params, active: str, doing: str) -> None:
+    """While ``active`` is switched to, each value its entry sets must be the one params.yaml
+    holds: one that differs was edited in one place or the other, and which one is meant cannot
+    be known. Refused, naming each, rather than one of them dropped."""
+    key = prm.overlay_key(active)
+    top = _top(prm.data)
+    overlay = _plain(prm.overlays.get(key, {})) if key else {}
+    differ = [
+        f"{'.'.join(k)}: {_short(_get(top, k))} here, {_short(v)} in clusters.{key}"
+        for k, v in _leaves(overlay)
+        if k != ("orchestrator", "cluster") and not (_has(top, k) and same(_get(top, k), v))
+    ]
+    if differ:
+        raise ConfigError(
+            f"{PARAMS_FILE}: {active} is active, but some of its values here differ from clusters.{key}: one or the other was "
+            f"edited, so nothing was {doing} (either could be the one meant)",
+            differ,
+            hints=[
+                f"write the value {active} should run with in both places (params.yaml's is what DVC runs, clusters.{key}'s "
+                "what a switch writes), then switch again"
+            ],
+        )
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal and of one type, all the way down (1, 1.0 and true differ to DVC)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
 
 
 def hand_edit_error(prm: Params) -> ConfigError:

@@ -71,7 +71,7 @@ def _written(text: str, cluster: str, source: str) -> Written:
     doc = Document(text, source)
     away = prm.overlay_key(cluster) != HOME and cluster != HOME
     if active != HOME:
-        _require_agreement(prm, active)
+        params.require_agreement(prm, active, "switched")
         now = _back(doc, prm)
         if away:
             now = _away(Document(now, source), params.from_text(now, source), cluster)
@@ -98,38 +98,6 @@ def _active(prm: Params) -> str:
 
 def _set_by(overlay: Mapping[str, Any]) -> list[tuple[Key, Any]]:
     return [(k, v) for k, v in params._leaves(params._plain(overlay)) if k != CLUSTER_KEY]
-
-
-def _require_agreement(prm: Params, active: str) -> None:
-    """While ``active`` is switched to, each value its entry sets must be the one params.yaml
-    holds: one that differs was edited in one place or the other, and which one is meant cannot
-    be known. Refused, naming each, rather than one of them dropped."""
-    key = prm.overlay_key(active)
-    top = params._top(prm.data)
-    differ = [
-        f"{'.'.join(k)}: {params._short(params._get(top, k))} here, {params._short(v)} in clusters.{key}"
-        for k, v in _set_by(prm.overlays.get(key, {}) if key else {})
-        if not (params._has(top, k) and _same(params._get(top, k), v))
-    ]
-    if differ:
-        raise ConfigError(
-            f"{PARAMS_FILE}: {active} is active, but some of its values here differ from clusters.{key}: one or the other was "
-            "edited, so nothing was switched (either could be the one meant)",
-            differ,
-            hints=[
-                f"write the value {active} should run with in both places (params.yaml's is what DVC runs, clusters.{key}'s "
-                "what a switch writes), then switch again"
-            ],
-        )
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal and of one type, all the way down (1, 1.0 and true differ to DVC)."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and a == b
 
 
 def _back(doc: Document, prm: Params) -> str:
@@ -337,10 +305,10 @@ def _check(text: str, prm: Params, cluster: str, wanted: params.Switch, source: 
     the cluster's, the way back giving the values of now, every other cluster's entry as it was."""
     back = params.from_text(text, source)
     problems = []
-    if not _same(_normal(params._top(back.data)), _normal(wanted.top)):
+    if not params.same(_normal(params._top(back.data)), _normal(wanted.top)):
         problems.append(f"its values do not read as {cluster}'s")
     others = {k: v for k, v in prm.overlays.items() if k != HOME}
-    if not _same({k: v for k, v in back.overlays.items() if k != HOME}, others):
+    if not params.same({k: v for k, v in back.overlays.items() if k != HOME}, others):
         problems.append("another cluster's entry changed")
     # The way back from the file of now: its own values where local is active (switch() would
     # check the entries' names against local alone, not the profile file switched to).
@@ -349,7 +317,7 @@ def _check(text: str, prm: Params, cluster: str, wanted: params.Switch, source: 
         before = {**top, "orchestrator": {**(top.get("orchestrator") or {}), "cluster": HOME}}
     else:
         before = params.switch(prm, HOME).top
-    if _active(back) != HOME and not _same(_normal(params.switch(back, HOME).top), _normal(before)):
+    if _active(back) != HOME and not params.same(_normal(params.switch(back, HOME).top), _normal(before)):
         problems.append(f"`orchestrator use {HOME}` would not give back the values of now")
     if problems:
         raise Unfaithful(

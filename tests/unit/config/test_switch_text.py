@@ -72,7 +72,7 @@ def _switched_values_are_the_entrys(original: str, switched: str) -> None:
     """DVC's reader takes each value the entry sets as the entry has it, of its type."""
     before, after = parse_yaml(original.lstrip("\ufeff"), "params.yaml"), parse_yaml(switched.lstrip("\ufeff"), "params.yaml")
     for key, value in params._leaves(before["clusters"]["testbed"]):
-        assert switching._same(params._get(after, key), value), (key, value, params._get(after, key))
+        assert params.same(params._get(after, key), value), (key, value, params._get(after, key))
 
 
 @given(files())
