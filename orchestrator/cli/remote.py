@@ -63,25 +63,44 @@ def forwarded(command: str, options: Sequence[str], targets: Sequence[str]) -> l
 
 def run_remote(project: Path, cluster: str | None, argv: Sequence[str], sync: bool = False, with_changes: bool = False) -> None:
     """``orchestrator ARGV`` on the login node in the project's folder there (sent first when
-    ``sync``), its output streamed here; exits with its exit status."""
+    ``sync``, behind a submit of the project still running there), its output streamed here;
+    exits with its exit status."""
     session, runner = open_session(project, cluster)
-    send(session, runner, sync, with_changes)
+    send(session, runner, sync, with_changes, queue=True)
     say_line(f"running `orchestrator {shlex.join(argv)}` on {session.dest.host} in {session.project}")
     code = session.run(list(argv), stream_out, say_line)
     if code:
         sys.exit(code)
 
 
-def send(session, runner, sync: bool, with_changes: bool = False, busy: str = "") -> None:
-    """Before a command runs there: the project sent (``sync``), unless a submit of it still runs
-    there (``busy`` says what then happens); without ``sync``, the folder there checked to hold
-    this project."""
+def send(session, runner, sync: bool, with_changes: bool = False, busy: str = "", queue: bool = False) -> None:
+    """Before a command runs there: the project sent (``sync``); without ``sync``, the folder there
+    checked to hold this project.
+
+    While a submit of the project still runs there, its checkout is not changed under it:
+    with ``queue``, that submit is followed to its end and this one sent after it (a rerun
+    after Ctrl-C, or a submit of the next change while the last one is still submitting,
+    waits its turn rather than refusing or being dropped); else nothing is sent and ``busy``
+    says what then happens."""
     from orchestrator.remote import sync as syncing
+    from orchestrator.remote.session import Detached
 
     if not sync:
         session.check_folder()  # another project's folder of the same name: not its ledger, logs or jobs
         return
     prepared = session.prepare()
+    while queue and prepared[1] is not None:
+        running = prepared[1] if RUN_ID.fullmatch(prepared[1]) else ""
+        say_line(
+            f"a submit of this project is still running on {session.dest.host} ({running or 'its run id unknown'}): "
+            "following it to its end; this one is sent and runs after it"
+        )
+        try:
+            session.attach(running, stream_out, say_line)
+        except Detached as exc:
+            exc.hints = (*exc.hints, "this command was not sent: run it again (it waits for that one again)")
+            raise
+        prepared = session.prepare()
     if prepared[1] is None:
         syncing.sync(session, runner, with_changes, say_line, prepared)
     else:  # session.RUN attaches to it; its checkout is left as it is
@@ -184,27 +203,36 @@ def shell(cluster: str | None, project: Path) -> None:
     "--wheels",
     type=click.Path(path_type=Path, file_okay=False),
     default=None,
-    help="Send the wheels in this folder along and install from them only (pip --no-index): for a login node without "
-    "the internet. Fill it here, in the clone: pip download -d DIR . (with --python-version and --platform of the "
-    "login node's Python where they differ); this version's wheel is built and added when DIR lacks it.",
+    help="Send the wheels in this folder along: pip there looks among them (--find-links) as well as on the login "
+    "node's package index, so DIR needs only what that index lacks (with --no-index, everything). Fill it here: "
+    "pip download -d DIR WHEEL (this version's wheel, or . in a clone; --python-version, --platform and "
+    "--only-binary :all: for the login node's Python where they differ). This version's wheel is sent in any case: "
+    "taken from DIR, else built from the source tree, else the installed one.",
+)
+@click.option(
+    "--no-index",
+    is_flag=True,
+    help="Install from the wheels sent only, never the login node's package index (pip --no-index): for a login node "
+    "without the internet, with --wheels DIR holding the dependencies (or --system-site-packages where its Python has them).",
 )
 @click.option("--python", "python", default="python3", show_default=True, help="The Python there that makes the venv (3.10 or newer).")
 @click.option(
     "--system-site-packages", is_flag=True, help="Let the venv see that Python's own packages (e.g. a site's Python module's numpy)."
 )
-def install(cluster: str | None, project: Path, wheels: Path | None, python: str, system_site_packages: bool) -> None:
+def install(cluster: str | None, project: Path, wheels: Path | None, no_index: bool, python: str, system_site_packages: bool) -> None:
     """Install this version of the orchestrator, with DVC, on the cluster's login node: a venv there that --remote then uses.
 
-    The venv is <login.root>/.orchestrator/venv-VERSION. The wheel is built here (from
-    the source tree this orchestrator runs from) and sent over ssh, or taken from
-    --wheels; the dependencies come from the login node's package index, or with
-    --wheels from the wheels sent along only. Run again to repair a venv; a new version
-    gets a venv of its own.
+    The venv is <login.root>/.orchestrator/venv-VERSION. This version's wheel is sent
+    over ssh: from --wheels DIR, else built here from the source tree this orchestrator
+    runs from (a clone), else the wheel it was installed from (or its installed files,
+    checked against pip's RECORD, packed into one). The dependencies come from the
+    login node's package index and the wheels of --wheels DIR; with --no-index, from
+    the wheels sent only. Run again to repair a venv; a new version gets a venv of its own.
     """
     from orchestrator.remote import install as installing
 
     session, runner = open_session(project, cluster, checked=False)
-    venv = installing.install(session, runner, wheels, python, system_site_packages, say_line)
+    venv = installing.install(session, runner, wheels, python, system_site_packages, say_line, no_index=no_index)
     click.echo(f"{session.dest.host}:{venv} runs orchestrator {installing.__version__}; --remote uses it from now on")
 
 

@@ -60,9 +60,11 @@ def at_submission(
             prov["image_sha256"] = sha  # the exact file: the code is the commit's, the rest is this image
     code = git.state(root, runner, untracked=False)
     if code is not None:
-        prov["git_commit"], prov["git_dirty"] = code.commit, code.dirty
-        if code.dirty:
-            prov["git_dirty_files"] = dirty_files(root, runner)
+        changed = code_changes(root, runner) if code.dirty else []
+        prov["git_commit"], prov["git_dirty"] = code.commit, bool(changed)
+        if changed:
+            more = len(changed) - MAX_DIRTY_FILES
+            prov["git_dirty_files"] = changed[:MAX_DIRTY_FILES] + ([f"(+{more} more)"] if more > 0 else [])
     return prov
 
 
@@ -70,13 +72,20 @@ def at_submission(
 MAX_DIRTY_FILES = 20
 
 
-def dirty_files(root: Path, runner: Runner) -> list[str]:
-    """The tracked files that differ from HEAD (as ``git status`` names them), at most
-    MAX_DIRTY_FILES and then how many more; untracked files are not changes to the code."""
-    out = git.Git(root, runner).output("status", "--porcelain", "--untracked-files=no", timeout=60)
-    names = [line[3:] for line in (out or "").splitlines() if len(line) > 3]
-    more = len(names) - MAX_DIRTY_FILES
-    return names[:MAX_DIRTY_FILES] + ([f"(+{more} more)"] if more > 0 else [])
+def code_changes(root: Path, runner: Runner) -> list[str]:
+    """The tracked files that differ from HEAD, as git names them, less what running the pipeline
+    writes (its declared outputs, dvc.lock, the .gitignore lines DVC adds): a metrics file
+    committed after an earlier run and rewritten by the next is a result, not a change to the
+    code, and calling it one would make every later run of a committed project "dirty".
+    Untracked files are not changes to the code either. Where git cannot say, one entry says so."""
+    out = git.Git(root, runner).output("status", "--porcelain=v1", "-z", "--untracked-files=no", "--no-renames", timeout=60)
+    if out is None:
+        return ["(git status failed)"]
+    names = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
+    if not names:
+        return []
+    outputs = stages.run_outputs(root)
+    return [name for name in names if not stages.written_by_runs(name, outputs)]
 
 
 def image_sha256(root: Path, image: str, account: str | None) -> str | None:

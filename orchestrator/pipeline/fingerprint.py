@@ -11,7 +11,6 @@ fingerprints to attach to those jobs instead of submitting them again.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +18,6 @@ from typing import Any
 
 from orchestrator.errors import PipelineError
 from orchestrator.pipeline import stages
-from orchestrator.util import files
-
-CACHE_DIR = ".orchestrator/cache"
 
 
 def digest(script: str, inputs: list[tuple[str, str]]) -> str:
@@ -32,23 +28,14 @@ def digest(script: str, inputs: list[tuple[str, str]]) -> str:
 
 
 def producers(root: Path) -> dict[str, str]:
-    """Output path (relative to the root) -> the orchestrated item producing it.
+    """Output path (relative to the root) -> the orchestrated item producing it (cached by
+    :func:`stages.by_pipeline`)."""
 
-    Cached under .orchestrator/cache by the text of dvc.yaml and params.yaml,
-    so the many ``orchestrator run`` calls of one ``dvc repro`` resolve the
-    pipeline once, not once each.
-    """
-    texts = [(root / name).read_bytes() if (root / name).exists() else b"" for name in (stages.PIPELINE_FILE, "params.yaml")]
-    key = hashlib.sha256(b"\0".join(texts)).hexdigest()[:32]
-    cache = root / CACHE_DIR / f"producers-{key}.json"
-    try:
-        return json.loads(cache.read_text())
-    except (FileNotFoundError, ValueError):
-        pass
-    jobs, _ = stages.jobs(stages.resolve(root))
-    found = {os.path.normpath(os.path.join(j.item.wdir, out)): j.item.name for j in jobs for out in j.item.outs}
-    files.atomic_write(cache, json.dumps(found, sort_keys=True))
-    return found
+    def compute() -> dict[str, str]:
+        jobs, _ = stages.jobs(stages.resolve(root))
+        return {os.path.normpath(os.path.join(j.item.wdir, out)): j.item.name for j in jobs for out in j.item.outs}
+
+    return stages.by_pipeline(root, "producers", compute)
 
 
 def producers_of(path: str, outputs: dict[str, str]) -> list[str]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import hashlib
+import json
 import os
 import posixpath
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,11 @@ from orchestrator.util import files
 
 PIPELINE_FILE = "dvc.yaml"
 LOCK_FILE = "dvc.lock"
+PARAMS_FILE = "params.yaml"
+CACHE_DIR = ".orchestrator/cache"
+# Files DVC itself rewrites as stages run (the lock, and the .gitignore beside each output
+# it adds): never the project's code, wherever they are tracked.
+DVC_WRITES = (LOCK_FILE, ".gitignore")
 # DVC's record of a 100,000-item matrix is some hundred megabytes; a larger file is not one,
 # and DVC would read it whole.
 MAX_LOCK_BYTES = 1 << 30
@@ -178,6 +185,45 @@ def _resolve_with_dvc(
             # What each stage read from params, kept by DVC for `dvc params diff`; unused
             # here, it would grow by a dict per item.
             getattr(resolver, "tracked_vars", {}).clear()
+
+
+def by_pipeline(root: Path, kind: str, compute: Callable[[], Any]) -> Any:
+    """``compute()`` (a JSON value), cached under .orchestrator/cache by the text of dvc.yaml and
+    params.yaml: the many ``orchestrator run`` calls of one ``dvc repro`` (and a submission's
+    many jobs) resolve the pipeline once, not once each."""
+    texts = [(root / name).read_bytes() if (root / name).exists() else b"" for name in (PIPELINE_FILE, PARAMS_FILE)]
+    key = hashlib.sha256(b"\0".join(texts)).hexdigest()[:32]
+    cache = root / CACHE_DIR / f"{kind}-{key}.json"
+    try:
+        return json.loads(cache.read_text())
+    except (FileNotFoundError, ValueError):
+        pass
+    found = compute()
+    files.atomic_write(cache, json.dumps(found, sort_keys=True))
+    return found
+
+
+def declared_outputs(root: Path) -> list[str]:
+    """Every stage's outs, metrics and plots, relative to the root: the files runs write."""
+    return by_pipeline(root, "outputs", lambda: sorted({out for item in resolve(root) for out in item.outputs}))
+
+
+def run_outputs(root: Path) -> list[str]:
+    """:func:`declared_outputs`, or none where DVC cannot resolve the pipeline here (a caller that
+    only sets results apart from code then treats every file as code: the cautious side)."""
+    try:
+        return declared_outputs(root)
+    except (PipelineError, OSError):
+        return []
+
+
+def written_by_runs(path: str, outputs: Sequence[str]) -> bool:
+    """Whether ``path`` (relative to the root, as git names it) is what running the pipeline
+    writes rather than the project's code: a declared output or a file inside one, dvc.lock,
+    or a .gitignore (DVC adds each output it makes to the one beside it)."""
+    if posixpath.basename(path) in DVC_WRITES:
+        return True
+    return any(path == out or path.startswith(out + "/") for out in outputs)
 
 
 def check_lock(root: Path) -> None:

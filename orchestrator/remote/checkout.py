@@ -9,12 +9,19 @@ is also where the jobs ran: outputs, the ledger (``.orchestrator/``), the DVC ca
   files (outputs, ledger, cache) stay. Never ``git clean``, never ``--force``. A file the
   new commit tracks that is untracked here stops the checkout (git's own refusal):
   :class:`CheckoutRefused` lists them, nothing changed. Except a file whose bytes are
-  the commit's own: a result a run wrote here, fetched to the workstation and committed
-  there (a metrics file DVC does not cache) comes back as that same blob, so nothing is
-  lost when git puts it in place; it is set aside first and put back if git refuses.
-- Changes to tracked files made on the cluster would be lost, so they stop the sync
-  (:class:`ClusterChanges`, listing them), with two exceptions, the files the project's
-  own runs write there:
+  the commit's own (nothing is lost when git puts it in place) and a run's result (below).
+- Results: a file under one of the pipeline's declared outputs (outs, metrics, plots of
+  the dvc.yaml there) that a run there rewrote or removed since the last checkout, or
+  that is untracked there while the new commit tracks it, is the cluster's, as its
+  dvc.lock entry is: set aside, the checkout made, and put back as the run left it. The
+  workstation tracks such files once ``orchestrator fetch`` brought them home and they
+  were committed; from then on every run there changes a tracked file, and a later run
+  may have rewritten it again before the next sync. None of that is a change by hand,
+  and refusing it would stop the loop at its second round. The checkout names the files
+  it kept, and ``orchestrator fetch`` brings them home.
+- Other changes to tracked files made on the cluster would be lost, so they stop the
+  sync (:class:`ClusterChanges`, listing them), with two exceptions, the files DVC
+  itself writes there:
 
   ``dvc.lock``: DVC records each finished item's deps and outputs in it, on the
   cluster, where the outputs are; the workstation's committed copy lags behind until
@@ -52,6 +59,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from orchestrator.pipeline import stages
 from orchestrator.util import yamlio
 from orchestrator.util.git import Git
 from orchestrator.util.runner import Completed, Runner
@@ -63,6 +71,8 @@ IGNORE_NAME = ".gitignore"
 MERGED_NAMES = (LOCK_NAME, IGNORE_NAME)
 # Pathspecs that leave the merged files out of a diff of the workstation's changes.
 NOT_MERGED = tuple(f":(exclude,glob)**/{name}" for name in MERGED_NAMES)
+# Before a command that takes file names from the tree: a name such as `out/*.json` is that file, not a glob.
+LITERAL = "--literal-pathspecs"
 # What a sync sends (``git rev-parse`` and ``git commit-tree`` print them): full commit ids only.
 # They reach git as revisions, where no ``--`` can stand before them; a value that starts with
 # ``-`` would be taken as an option, and a name like ``HEAD~3`` would check out something else.
@@ -83,6 +93,7 @@ class CheckoutOutcome:
     changes: str | None
     kept_entries: dict[str, list[str]] = field(default_factory=dict)  # lock file -> stages kept from the cluster
     kept_ignores: dict[str, list[str]] = field(default_factory=dict)  # .gitignore -> lines kept from the cluster
+    kept_results: list[str] = field(default_factory=list)  # run results kept as the cluster's runs left them
     undone: bool = False  # the previous sync's uncommitted changes were taken out first
 
 
@@ -192,41 +203,51 @@ def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Ch
     state = read_state(root)
     undone = _undo_changes(git, state)
     modified = _modified(git)
-    if any(not merged_file(p) for p in modified):
+    outputs = _Outputs(root)
+    by_hand = {p: code for p, code in modified.items() if not merged_file(p) and not outputs.hold(p)}
+    if by_hand:
         raise ClusterChanges(
             f"the project folder {root} has changes to tracked files that the checkout would lose: nothing was changed there",
-            [f"{code} {path}" for path, code in modified.items() if not merged_file(path)],
+            [f"{code} {path}" for path, code in by_hand.items()],
             [
                 "keep them: commit them there and bring the commit to the workstation (git fetch over ssh), then submit again",
                 f"drop them: `orchestrator remote shell`, then git -C {root} checkout -- FILE...",
+                "a file a run writes: declare it in its stage's outs (a sync keeps results; `orchestrator fetch` brings them home)",
             ],
         )
     head = git("rev-parse", "--verify", "-q", "HEAD", check=False).stdout.strip() or None
-    saved = {path: _read(root / path) for path in modified}
-    base = {path: git.show(head, path) if head else None for path in modified}
+    merged = [p for p in modified if merged_file(p)]
+    saved = {path: _read(root / path) for path in merged}
+    base = {path: git.show(head, path) if head else None for path in merged}
     # Untracked dvc.lock or .gitignore files the new commit brings would stop the checkout: merged as well.
     for path in _untracked_merged(git, commit):
         saved[path], base[path] = _read(root / path), None
-    # Untracked files that are already the commit's bytes (results fetched and committed on the workstation).
-    aside = {path: (root / path).read_bytes() for path in _untracked_as_committed(git, commit, set(saved))}
+    # Results as the runs left them (tracked and changed, or untracked where the commit tracks them),
+    # and untracked files that already hold the commit's bytes: set aside, put back after the checkout.
+    results = [p for p in modified if p not in saved]
+    aside = {path: _read_bytes(root / path) for path in [*results, *_untracked_in_the_way(git, commit, set(saved), outputs)]}
+    if results:
+        git(LITERAL, "checkout", "-q", "HEAD", "--", *results)
     for path in aside:
-        (root / path).unlink()
+        if path not in results:
+            (root / path).unlink()
     tracked = [p for p in saved if base[p] is not None]
     if tracked:
-        git("checkout", "-q", "HEAD", "--", *tracked)
+        git(LITERAL, "checkout", "-q", "HEAD", "--", *tracked)
     for path in saved:
         if base[path] is None:
             (root / path).unlink(missing_ok=True)
     done = git("checkout", "-q", "--detach", commit, check=False)
     if done.returncode != 0:
         _restore(root, saved)
-        for path, data in aside.items():
-            (root / path).write_bytes(data)
+        _put_back(root, aside)
         raise CheckoutRefused(
             f"git refused to check out {commit[:12]} in {root}: nothing was changed there",
             done.stderr.strip().splitlines()[-12:],
             ["move or remove the files it names there (`orchestrator remote shell`), or stop tracking them on the workstation"],
         )
+    _put_back(root, aside)
+    kept_results = _differing(git, list(aside))
     kept_entries: dict[str, list[str]] = {}
     kept_ignores: dict[str, list[str]] = {}
     for path, ours in saved.items():
@@ -244,7 +265,21 @@ def checkout(root: Path, commit: str, changes: str | None, runner: Runner) -> Ch
         _apply(git, commit, changes)
     (root / STATE_FILE).parent.mkdir(parents=True, exist_ok=True)
     (root / STATE_FILE).write_text(json.dumps({"commit": commit, "changes": changes}) + "\n")
-    return CheckoutOutcome(commit, changes, kept_entries, kept_ignores, undone)
+    return CheckoutOutcome(commit, changes, kept_entries, kept_ignores, kept_results, undone)
+
+
+class _Outputs:
+    """The pipeline's declared outputs there, resolved (by DVC) only when a file asks: most syncs
+    meet no changed file and should not pay for resolving a large matrix."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._found: list[str] | None = None
+
+    def hold(self, path: str) -> bool:
+        if self._found is None:
+            self._found = stages.run_outputs(self.root)
+        return stages.written_by_runs(path, self._found) and not merged_file(path)
 
 
 def _undo_changes(git: _Git, state: dict) -> bool:
@@ -291,12 +326,13 @@ def _untracked_merged(git: _Git, commit: str) -> list[str]:
     wanted = [p for p in listed if p and merged_file(p)]
     if not wanted:
         return []
-    untracked = git("ls-files", "--others", "-z", "--", *wanted).stdout.split("\0")
+    untracked = git(LITERAL, "ls-files", "--others", "-z", "--", *wanted).stdout.split("\0")
     return [p for p in untracked if p]
 
 
-def _untracked_as_committed(git: _Git, commit: str, merged: set[str]) -> list[str]:
-    """Untracked, unignored regular files here that ``commit`` tracks with exactly their bytes.
+def _untracked_in_the_way(git: _Git, commit: str, merged: set[str], outputs: _Outputs) -> list[str]:
+    """Untracked, unignored regular files here that ``commit`` tracks, and that are either a run's
+    result (the cluster's, whatever the commit holds) or exactly the commit's bytes.
 
     Ignored files are left out: git replaces those itself. Anything else in the way (other
     bytes, a link, a folder) is left for git to refuse, so the user sees it."""
@@ -313,7 +349,32 @@ def _untracked_as_committed(git: _Git, commit: str, merged: set[str]) -> list[st
     if not candidates:
         return []
     hashes = git("hash-object", "--no-filters", "--", *candidates).stdout.split()
-    return [p for p, h in zip(candidates, hashes, strict=True) if h == blobs[p]]
+    return [p for p, h in zip(candidates, hashes, strict=True) if h == blobs[p] or outputs.hold(p)]
+
+
+def _differing(git: _Git, paths: list[str]) -> list[str]:
+    """Those of ``paths`` that differ from the checked-out commit (changed, removed, untracked)."""
+    if not paths:
+        return []
+    out = git(LITERAL, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--", *paths).stdout
+    return sorted(entry[3:] for entry in out.split("\0") if len(entry) > 3)
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    """A result's bytes, None where the run removed it (DVC removes outputs before it runs a stage)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _put_back(root: Path, kept: dict[str, bytes | None]) -> None:
+    for path, data in kept.items():
+        if data is None:
+            (root / path).unlink(missing_ok=True)
+        else:
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_bytes(data)
 
 
 def _read(path: Path) -> str | None:
@@ -337,6 +398,10 @@ def describe(outcome: CheckoutOutcome) -> Sequence[str]:
     for path, names in outcome.kept_entries.items():
         lines.append(f"{path}: kept the cluster's entries of {len(names)} stage(s) its runs wrote: {', '.join(names[:6])}"
                      + (", ..." if len(names) > 6 else ""))  # fmt: skip
+    if outcome.kept_results:
+        names = outcome.kept_results
+        lines.append(f"kept {len(names)} result file(s) as the cluster's runs left them (bring them home: orchestrator fetch): "
+                     + ", ".join(names[:6]) + (", ..." if len(names) > 6 else ""))  # fmt: skip
     for path, added in outcome.kept_ignores.items():
         lines.append(f"{path}: kept {len(added)} line(s) DVC added there: {', '.join(added[:6])}")
     return lines

@@ -129,7 +129,7 @@ def test_ctrl_c_stops_only_the_following_and_attach_picks_it_up(login, slow, tmp
     _every_line_once(attached.stdout, "status")  # from the start, to the end
 
 
-def test_a_second_submit_while_one_runs_follows_it(login, slow, tmp_path):
+def test_a_second_submit_while_one_runs_follows_it_then_runs_after_it(login, slow, tmp_path):
     release = _hold(tmp_path)  # the first submit there, until the second follows it
     first = login.popen("submit", "--remote", cwd=slow)
     _wait_for(login, "submit", "line 3 of")
@@ -138,17 +138,18 @@ def test_a_second_submit_while_one_runs_follows_it(login, slow, tmp_path):
     first.communicate()
     second = login.popen("submit", "--remote", cwd=slow)
     said = _read_until(second.stderr, "still running on login-node")
+    assert len(_logs(login, "submit")) == 1  # it waits: nothing sent, nothing started while the first runs
     release.touch()
     out, err = second.communicate(timeout=120)
     said += err
     assert second.returncode == 3, out + said
-    assert "nothing sent" in said, said
-    _every_line_once(out, "submit")
-    assert len(_logs(login, "submit")) == 1  # one submit ran there
-    # Once it has ended, the next submit runs anew (syncing first).
+    assert "this one is sent and runs after it" in said and "checked out" in said, said
+    assert out.splitlines().count(f"line {LINES - 1} of submit") == 2, out  # the first followed to its end, then its own run
+    assert len(_logs(login, "submit")) == 2  # one after the other, never two at once
+    # With none running, the next submit runs at once (syncing first).
     third = login.orchestrator("submit", "--remote", cwd=slow)
-    assert third.returncode == 3 and "checked out" in third.stderr, third.stderr
-    assert len(_logs(login, "submit")) == 2
+    assert third.returncode == 3 and "checked out" in third.stderr and "still running" not in third.stderr, third.stderr
+    assert len(_logs(login, "submit")) == 3
 
 
 def test_another_project_in_a_clone_of_the_same_name_is_refused_and_another_clone_of_the_same_project_is_not(login, tmp_path):

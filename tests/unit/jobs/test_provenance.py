@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from orchestrator.config import selection
 from orchestrator.jobs import ledger, provenance
 from orchestrator.slurm.states import State
 from orchestrator.util import yamlio
-from orchestrator.util.runner import Completed
+from orchestrator.util.runner import Completed, SubprocessRunner
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SCRIPT = "#!/bin/bash\n#SBATCH --nodes=2\nsrun python train.py\n"
@@ -28,7 +29,7 @@ def git(status: str = "", head: str = COMMIT, head_rc: int = 0) -> FakeRunner:
     def answer(argv):
         if "rev-parse" in argv:
             return Completed(tuple(argv), head_rc, head + "\n", "" if head_rc == 0 else "fatal: not a git repository")
-        return Completed(tuple(argv), 0, status, "")
+        return Completed(tuple(argv), 0, status.replace("\n", "\0") if "-z" in argv else status, "")
 
     return FakeRunner({"git": answer}, installed={"git"})
 
@@ -67,11 +68,37 @@ def test_an_image_file_of_params_is_what_provenance_names():
 
 def test_changed_tracked_files_make_it_dirty_untracked_ones_do_not(tmp_path):
     loaded = selection.load_profile("testbed")
-    runner = git(status=" M orchestrator/jobs/detached.py\nR  old.py -> new.py\n")
+    runner = git(status=" M orchestrator/jobs/detached.py\nD  old.py\nA  new.py\n")
     prov = provenance.at_submission(tmp_path, runner, loaded, SCRIPT)
-    assert prov["git_dirty"] is True and prov["git_dirty_files"] == ["orchestrator/jobs/detached.py", "old.py -> new.py"]
+    assert prov["git_dirty"] is True and prov["git_dirty_files"] == ["orchestrator/jobs/detached.py", "old.py", "new.py"]
     statuses = [argv for argv in runner.called("git") if "status" in argv]
     assert statuses and all("--untracked-files=no" in s for s in statuses)  # results beside the code are not a change to the code
+
+
+def test_what_runs_write_is_no_change_to_the_code(tmp_path):
+    """A committed metrics file rewritten by the next run, dvc.lock, DVC's .gitignore lines: results,
+    not code; the run is clean. A changed param or script still makes it dirty."""
+    project = tmp_path / "p"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    subprocess.run(["dvc", "init", "-q"], cwd=project, check=True)
+    pipeline = "stages:\n  train:\n    cmd: python train.py\n    metrics: [{out/m.json: {cache: false}}]\n    plots: [curves]\n"
+    for name, text in {"dvc.yaml": pipeline, "params.yaml": "lr: 1\n", "train.py": "v1\n", "dvc.lock": "schema: '2.0'\n",
+                       ".gitignore": "", "out/m.json": "{}", "curves/a.csv": "x\n"}.items():  # fmt: skip
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    ident = ["-c", "user.name=T", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", *ident, "commit", "-qm", "the project"], cwd=project, check=True)
+    for name, text in {"out/m.json": '{"loss": 1}', "curves/a.csv": "y\n", "dvc.lock": "schema: '2.0'\nstages: {}\n",
+                       ".gitignore": "/model\n"}.items():  # fmt: skip
+        (project / name).write_text(text)
+    loaded = selection.load_profile("testbed")
+    prov = provenance.at_submission(project, SubprocessRunner(), loaded, SCRIPT)
+    assert prov["git_dirty"] is False and "git_dirty_files" not in prov
+    (project / "params.yaml").write_text("lr: 2\n")
+    prov = provenance.at_submission(project, SubprocessRunner(), loaded, SCRIPT)
+    assert prov["git_dirty"] is True and prov["git_dirty_files"] == ["params.yaml"]
 
 
 def test_a_dirty_run_names_at_most_twenty_changed_files(tmp_path):

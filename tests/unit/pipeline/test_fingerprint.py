@@ -15,7 +15,7 @@ from fakes import FakeStages
 from support import make_project
 
 from orchestrator.errors import PipelineError
-from orchestrator.pipeline import fingerprint
+from orchestrator.pipeline import fingerprint, stages
 
 STAGES = {
     "prep": {"cmd": "orchestrator run -- python prep.py data", "deps": ["prep.py", "raw.txt"], "outs": [{"data": {"persist": True}}]},
@@ -81,7 +81,7 @@ def test_producers_are_the_orchestrated_items_by_output(root):
 
 def test_producers_are_cached_by_the_pipeline_text(root):
     first = fingerprint.producers(root)
-    (cache,) = (root / fingerprint.CACHE_DIR).glob("producers-*.json")
+    (cache,) = (root / stages.CACHE_DIR).glob("producers-*.json")
     assert json.loads(cache.read_text()) == first
     cache.write_text(json.dumps({"from": "the cache"}))
     assert fingerprint.producers(root) == {"from": "the cache"}  # same dvc.yaml and params.yaml: not resolved again

@@ -255,3 +255,97 @@ def test_the_checkout_there_parses_to_the_commits_sent(monkeypatch):
     result = invoke(*argv[1:])
     assert result.exit_code == 0, result.output
     assert got == [("a" * 40, "b" * 64)]
+
+
+PIPELINE = """\
+stages:
+  train:
+    cmd: python train.py
+    deps: [train.py]
+    params: [lr]
+    metrics: [{out/metrics.json: {cache: false, persist: true}}]
+    outs: [{out/model: {persist: true}}]
+"""
+
+
+@pytest.fixture
+def dvc_repos(repos):
+    """The workstation a DVC project whose metrics file git tracks once it came home (cache: false)."""
+    ws, cl = repos
+    subprocess.run(["dvc", "init", "-q"], cwd=ws, check=True, capture_output=True)
+    commit(ws, "the project", **{"dvc.yaml": PIPELINE, "params.yaml": "lr: 0.1\n", "train.py": "v1\n", ".gitignore": "/out/model\n"})
+    return ws, cl
+
+
+def ran_there(cl: Path, metrics: str | None) -> None:
+    """What a run of `train` on the cluster leaves: its model (DVC's cache, git-ignored) and its metrics, or none yet."""
+    (cl / "out/model").mkdir(parents=True, exist_ok=True)
+    (cl / "out/model/weights").write_text(metrics or "")
+    if metrics is None:
+        (cl / "out/metrics.json").unlink(missing_ok=True)  # DVC removes outputs before it runs the stage again
+    else:
+        (cl / "out/metrics.json").write_text(metrics)
+
+
+def test_round_after_round_results_the_cluster_wrote_never_stop_the_sync(dvc_repos):
+    """The workstation loop: submit, the run writes, fetch and commit, change a param, submit again.
+    From the second round the workstation tracks the result; every later run there rewrites or
+    removes it, and a sync keeps what the run left, names it, and checks the new commit out."""
+    ws, cl = dvc_repos
+    send(ws, cl)
+    ran_there(cl, '{"loss": 0.5}\n')
+    # Fetched and committed with the params of the next round: the same bytes, taken as committed.
+    two = commit(ws, "round 2", **{"out/metrics.json": '{"loss": 0.5}\n', "params.yaml": "lr: 0.2\n"})
+    outcome = send(ws, cl)
+    assert git(cl, "rev-parse", "HEAD") == two and outcome.kept_results == []
+    assert git(cl, "status", "--porcelain", "--untracked-files=no") == ""
+
+    # Round 3: the run there rewrote the tracked result; the workstation changed a param (not fetched).
+    ran_there(cl, '{"loss": 0.4}\n')
+    three = commit(ws, "round 3", **{"params.yaml": "lr: 0.3\n"})
+    outcome = send(ws, cl)
+    assert git(cl, "rev-parse", "HEAD") == three and outcome.kept_results == ["out/metrics.json"]
+    assert (cl / "out/metrics.json").read_text() == '{"loss": 0.4}\n' and (cl / "params.yaml").read_text() == "lr: 0.3\n"
+    assert any("orchestrator fetch" in line and "out/metrics.json" in line for line in checkout.describe(outcome))
+
+    # Round 4: a rerun there has removed it (running now); the sync keeps that too.
+    ran_there(cl, None)
+    four = commit(ws, "round 4", **{"params.yaml": "lr: 0.4\n"})
+    outcome = send(ws, cl)
+    assert git(cl, "rev-parse", "HEAD") == four and outcome.kept_results == ["out/metrics.json"]
+    assert not (cl / "out/metrics.json").exists()
+
+    # Round 5: fetched and committed what the last run wrote: nothing differs, nothing named.
+    ran_there(cl, '{"loss": 0.3}\n')
+    five = commit(ws, "round 5", **{"out/metrics.json": '{"loss": 0.3}\n'})
+    outcome = send(ws, cl)
+    assert git(cl, "rev-parse", "HEAD") == five and outcome.kept_results == []
+    assert git(cl, "status", "--porcelain", "--untracked-files=no") == ""
+
+    # Code changed there by hand still stops the sync, results or not; nothing changes.
+    ran_there(cl, '{"loss": 0.2}\n')
+    (cl / "train.py").write_text("edited on the login node\n")
+    commit(ws, "round 6", **{"params.yaml": "lr: 0.6\n"})
+    with pytest.raises(ClusterChanges) as caught:
+        send(ws, cl)
+    text = caught.value.render()
+    assert "M train.py" in text and "out/metrics.json" not in text.split("hint")[0]
+    assert git(cl, "rev-parse", "HEAD") == five and (cl / "out/metrics.json").read_text() == '{"loss": 0.2}\n'
+
+
+def test_an_untracked_result_newer_than_the_committed_one_is_kept(dvc_repos):
+    """The workstation fetched a result and committed it, while a later run there rewrote it
+    (untracked there until this sync): the run's bytes stay, the commit is checked out."""
+    ws, cl = dvc_repos
+    send(ws, cl)
+    ran_there(cl, '{"loss": 0.4}\n')
+    two = commit(ws, "fetched an earlier run", **{"out/metrics.json": '{"loss": 0.5}\n'})
+    outcome = send(ws, cl)
+    assert git(cl, "rev-parse", "HEAD") == two and outcome.kept_results == ["out/metrics.json"]
+    assert (cl / "out/metrics.json").read_text() == '{"loss": 0.4}\n'
+    # A file that is no output, untracked there with other bytes, is still git's to refuse.
+    (cl / "notes.txt").write_text("the cluster's\n")
+    commit(ws, "notes", **{"notes.txt": "the workstation's\n"})
+    with pytest.raises(CheckoutRefused, match="nothing was changed there"):
+        send(ws, cl)
+    assert git(cl, "rev-parse", "HEAD") == two and (cl / "out/metrics.json").read_text() == '{"loss": 0.4}\n'
