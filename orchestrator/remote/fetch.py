@@ -23,9 +23,10 @@ comes from the cluster is data (:mod:`trust`: anyone who can write its project f
 4. hash what arrived the way DVC does (dvc_data's ``build``: the file's md5, a folder's
    ``.dir`` listing hash) and compare with the cluster's lock entry, after each file got
    the mode the user's umask gives a new one. A stage is taken whole or not at all: one
-   out missing there, not matching its entry (changed after the run recorded it, cut
-   short), holding a link, FIFO, device or socket, or a name never placed, and the stage
-   is refused, its files not placed and its entry not written, so this side's dvc.lock
+   out holding a link, FIFO, device or socket, or a name never placed, and the stage is
+   refused (exit 1); one out missing there or not matching its entry (a later run of the
+   item removed or rewrote it: running, cancelled or failed) and it is skipped, said so.
+   Either way its files are not placed and its entry not written, so this side's dvc.lock
    never claims files it does not have.
 5. move the verified outs into place, put the cached ones into this side's DVC cache
    (``dvc status`` calls an out whose object is missing "not in cache"; a ``cache: false``
@@ -336,6 +337,16 @@ def fetch(
     return results
 
 
+# What a later run of an item does to the files its dvc.lock entry records: DVC removes them when
+# the run starts, the run rewrites them, and a run cancelled or failed leaves them so. Nothing
+# of such a stage is placed (the entry describes other files), but it is no refusal: it is the
+# loop's ordinary state while a run of the item goes on or after one was cancelled.
+LATER_RUN = (
+    "its files there are not those its dvc.lock entry records: a later run of it removed or rewrote them "
+    "(running, cancelled or failed: `orchestrator status --remote` says which); fetch takes it once a run of it finishes"
+)
+
+
 @dataclass(frozen=True)
 class FetchPlan:
     """One stage's outs, each a declared out here (cached or not: ``cache: false``), and the
@@ -399,15 +410,18 @@ def _fetch_stage(
     shared = [out for out in outs if out not in by_rsync]
     done = done if by_rsync else None
     try:
-        problems, meta = _check(plan, staged, hasher, done, puller, shared)
-        if problems and done is not None and done.returncode not in (0, 23, 24):  # not "some files missing": the copy itself failed
+        problems, stale, meta = _check(plan, staged, hasher, done, puller, shared)
+        # rsync exit 23 or 24: some files were missing there (said above); anything else: the copy itself failed
+        if (problems or stale) and done is not None and done.returncode not in (0, 23, 24):
             raise RemoteError(
                 f"rsync from the cluster failed (exit {done.returncode}) while fetching {name}",
                 done.stderr.strip().splitlines()[-6:],
                 ["the cluster needs rsync on the PATH of a plain `ssh HOST` (no login shell)"],
             )
         if problems:
-            return FetchResult(name, False, why="not taken, its dvc.lock entry not written", problems=problems, refused=True)
+            return FetchResult(name, False, why="not taken, its dvc.lock entry not written", problems=problems + stale, refused=True)
+        if stale:
+            return FetchResult(name, False, why=LATER_RUN, problems=stale)
         size, files = _place(project, outs, staged, hasher)
         notes = hasher.ignore(name)
         routes = {out.path: (f"DVC remote {puller.name!r}" if puller is not None and out in shared else RSYNC) for out in outs}
@@ -420,9 +434,12 @@ def _fetch_stage(
 
 def _check(
     plan: FetchPlan, staged: Path, hasher: Hasher, done: Completed | None, puller: Puller | None, shared: list[Out]
-) -> tuple[list[str], dict[str, dict]]:
-    """What is wrong with the staged outs of ``plan`` (nothing: they may be placed), and each one's size fields."""
+) -> tuple[list[str], list[str], dict[str, dict]]:
+    """What is wrong with the staged outs of ``plan`` (nothing: they may be placed): what the cluster
+    must not send (links, devices...), what a later run there changed (see LATER_RUN); and each
+    out's size fields."""
     problems: list[str] = []
+    stale: list[str] = []
     meta: dict[str, dict] = {}
     mask = files.umask()
     for out in plan.outs:
@@ -435,7 +452,7 @@ def _check(
             problems += special
             continue
         if not local.exists() and not local.is_symlink():
-            problems.append(f"{out.path}: missing there")
+            stale.append(f"{out.path}: missing there")
             continue
         found = trust.tree_problems(local, out.path)
         if found:
@@ -445,8 +462,8 @@ def _check(
         got, meta[out.path] = hasher.hash(local, out.hash_name)
         if got != out.md5:
             said = f"dvc.lock there says {out.md5}, the copy hashes to {got}"
-            problems.append(f"{out.path}: hash mismatch: {said} (changed there after the run recorded it?)")
-    return problems, meta
+            stale.append(f"{out.path}: hash mismatch: {said}")
+    return problems, stale, meta
 
 
 def _place(project: Path, outs: list[Out], staged: Path, hasher: Hasher) -> tuple[int, int]:

@@ -102,7 +102,9 @@ def test_all_finished_stages_come_back_and_dvc_calls_them_up_to_date(cluster, tm
     assert not (here / fetching.STAGING).exists()
 
 
-def test_a_file_changed_there_after_the_run_is_refused_and_its_entry_not_written(cluster, tmp_path):
+def test_a_file_a_later_run_changed_there_is_skipped_and_its_entry_not_written(cluster, tmp_path):
+    """A run cancelled, failed or still going rewrote an out its lock entry records: nothing of the
+    stage placed, and said as the loop's ordinary state (skipped, exit 0), with what to run."""
     there = tmp_path / "there"
     shutil.copytree(cluster, there)
     (there / "out/2/w.txt").write_text("tampered\n")
@@ -111,12 +113,14 @@ def test_a_file_changed_there_after_the_run_is_refused_and_its_entry_not_written
     by = {r.stage: r for r in results}
     assert by["train@1"].fetched and not by["train@2"].fetched
     assert "hash mismatch" in by["train@2"].problems[0] and by["train@2"].problems[0].startswith("out/2:")
-    assert any(line.startswith("refused train@2: not taken, its dvc.lock entry not written") for line in said)
+    assert not by["train@2"].refused
+    (line,) = [line for line in said if line.startswith("skipped train@2: ")]
+    assert "a later run of it removed or rewrote them" in line and "orchestrator status --remote" in line, line
     assert list(yaml.safe_load((here / "dvc.lock").read_text())["stages"]) == ["train@1"]
     assert not (here / "out/2").exists() and not (here / "m2.json").exists()
 
 
-def test_a_metrics_file_changed_there_is_refused_too(cluster, tmp_path):
+def test_a_metrics_file_changed_there_is_skipped_too(cluster, tmp_path):
     there = tmp_path / "there"
     shutil.copytree(cluster, there)
     (there / "m1.json").write_text('{"loss": 9}\n')
