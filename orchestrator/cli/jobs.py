@@ -119,6 +119,9 @@ def submit(
     "--name", "-n", default=None, show_default="from HEAD and -S", help="The sweep's name; its experiments are NAME-0, NAME-1, ..."
 )
 @click.option("--record", "record_name", default=None, metavar="NAME", help="Record sweep NAME's finished points as DVC experiments.")
+# The sweep's recording job's: points not saved because an item's job failed, was cancelled or
+# never ran are listed, not its failure; only the recording's own (a copy gone, DVC refused) is.
+@click.option("--recording-job", is_flag=True, hidden=True)
 @cluster_option()
 @project_option
 @remote_option
@@ -130,6 +133,7 @@ def sweep(
     sets: tuple[str, ...],
     name: str | None,
     record_name: str | None,
+    recording_job: bool,
     cluster: str | None,
     project: Path,
     remote: bool,
@@ -172,7 +176,9 @@ def sweep(
         rows += [(n, f"failed: {w}") for n, w in found.failed]
         table(("experiment", "result"), rows)
         click.echo(f"{len(found.saved)} saved, {len(found.unfinished)} not finished, {len(found.failed)} failed")
-        if found.failed:
+        if recording_job and found.failed and not found.errors:
+            click.echo("recording job: what was not saved is no failure of the recording: the same `orchestrator sweep` submits it again")
+        if found.errors or (found.failed and not recording_job):
             sys.exit(1)
         return
     if since is not None:
@@ -201,13 +207,19 @@ def sweep(
 @cluster_option()
 @project_option
 @remote_option
-def record(targets: tuple[str, ...], cluster: str | None, project: Path, remote: bool) -> None:
+# The recording job's last step, after its `dvc repro --keep-going` exited N: items whose jobs
+# did not succeed (and what is after them) are reported, and only a real failure fails the job.
+@click.option("--repro-exit", type=int, default=None, hidden=True)
+def record(targets: tuple[str, ...], cluster: str | None, project: Path, remote: bool, repro_exit: int | None) -> None:
     """Record in dvc.lock every orchestrated item of TARGETS whose job succeeded.
 
     One load of the DVC project and one scheduler query for all items, where `dvc
     repro` would start an `orchestrator run` per stage; the lock is the one `dvc repro`
     writes. Failed items are listed with their job and log; unfinished ones are left.
-    The recording job of `orchestrator submit` runs it, then `dvc repro` for the rest.
+    The recording job of `orchestrator submit` runs it, then `dvc repro` for the rest;
+    items whose jobs failed, were cancelled or never ran are listed in its log, not
+    taken for its failure: it fails only when the recording does (DVC stopped, or a
+    stage failed with nothing unrecorded upstream of it).
 
     It is also the way back, on every profile, when a DVC process killed while it wrote
     dvc.lock or .dvc/tmp/rwlock left one cut short (DVC then stops on it: "'./dvc.lock'
@@ -220,6 +232,11 @@ def record(targets: tuple[str, ...], cluster: str | None, project: Path, remote:
     from orchestrator.jobs import record as rec
     from orchestrator.util.runner import SubprocessRunner
 
+    if repro_exit is not None:
+        verdict = rec.verdict(rec.record(project, cluster, SubprocessRunner(), targets, settle=True), repro_exit)
+        for line in verdict.lines:
+            click.echo(f"recording job: {line}")
+        sys.exit(0 if verdict.ok else 1)
     found = rec.record(project, cluster, SubprocessRunner(), targets)
     rows = [(name, "recorded") for name in found.recorded] + [(name, "up to date") for name in found.up_to_date]
     rows += [(name, f"not finished: {why}") for name, why in found.unfinished] + [(name, f"failed: {why}") for name, why in found.failed]

@@ -13,6 +13,12 @@ Failed, cancelled and still-running items are left as they are (listed, with the
 and its log); a ``dvc repro`` afterwards finds the recorded items up to date and runs
 what is downstream.
 
+The recording job of ``orchestrator submit`` ends with ``record --repro-exit N`` (``settle``):
+once its ``dvc repro --keep-going`` has run, which fails on every item whose job did not
+succeed, it records anything left and tells those items, and the stages after them, from a
+real failure (a stage that failed with nothing unrecorded upstream of it, DVC stopping):
+only that fails the job (:func:`verdict`).
+
 It is also the way back after a process killed while DVC wrote its own files
 (:mod:`orchestrator.pipeline.dvcfiles`), on every profile: those are mended first, and
 the items that finished since the last readable dvc.lock are recorded from the ledger.
@@ -45,9 +51,23 @@ class Recorded:
     up_to_date: list[str] = field(default_factory=list)
     unfinished: list[tuple[str, str]] = field(default_factory=list)  # (item, why: job and state)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (item, job, state and log)
+    # With ``settle``: the plain stages still stale, each with the stale stages upstream of it.
+    left: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
-def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[str] = (), say: Callable[[str], None] = print) -> Recorded:
+def record(
+    root: Path,
+    cluster: str | None,
+    runner: Runner,
+    targets: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+    settle: bool = False,
+) -> Recorded:
+    """Record every orchestrated item of ``targets`` (all without) whose job succeeded.
+
+    ``settle``: after ``dvc repro --keep-going targets`` (the recording job's last step): the
+    items of the targets' upstream stages too, as that repro covers them, and in ``left`` the
+    plain stages it left stale."""
     from dvc.exceptions import DvcException
     from dvc.repo import Repo, lock_repo
 
@@ -65,11 +85,12 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
     try:
         # DVC names stages relative to the working directory: from the project, as `dvc -C`.
         with files.chdir(root), Repo(str(root)) as repo, lock_repo(repo):
-            chosen = _chosen(repo, ws, targets)
+            scope = _scope(repo, targets, settle)
+            chosen = [s for s in scope if s.addressing in ws.jobs]
             # The targets as given (all: none): DVC collects each target named apart, which
             # for every item of a 1,000-item matrix re-read dvc.yaml a thousand times.
-            names = {s.addressing for s in chosen}
-            stale = {n for n in repo.status(targets=list(targets) or None) if n in names} if chosen else set()
+            names = {s.addressing for s in (scope if settle else chosen)}
+            stale = {n for n in repo.status(targets=list(targets) or None, with_deps=settle) if n in names} if names else set()
             prints = fingerprint.Fingerprinter(
                 root, fingerprint.DvcStages(repo, every_stage=True), ws.script_of, fingerprint.producers(root)
             )
@@ -122,6 +143,8 @@ def record(root: Path, cluster: str | None, runner: Runner, targets: Sequence[st
                 found.recorded.append(name)
             for dvcfile, changed in to_dump.items():
                 dvcfile.dump_stages(changed, update_pipeline=False)  # one write of dvc.lock for all of them
+            if settle:
+                found.left = _left(repo, scope, stale - set(found.recorded), set(ws.jobs))
     except DvcException as exc:
         raise PipelineError("DVC cannot record the finished items", stages.dvc_problems(exc, root)) from exc
     dvcfiles.keep(root)
@@ -142,10 +165,66 @@ def _completed(info) -> bool:
     return info is not None and info.state == State.COMPLETED
 
 
-def _chosen(repo, ws: Workspace, targets: Sequence[str]) -> list:
-    """The orchestrated stages among ``targets`` (all of them without targets)."""
+def _scope(repo, targets: Sequence[str], with_deps: bool = False) -> list:
+    """The stages of ``targets`` (all of them without targets), ``with_deps`` those upstream too."""
     if targets:
-        found = [s for t in targets for s in repo.stage.collect(t, glob="*" in t)]
+        found = [s for t in targets for s in repo.stage.collect(t, with_deps=with_deps, glob="*" in t)]
     else:
         found = list(repo.index.stages)
-    return [s for s in dict.fromkeys(found) if s.addressing in ws.jobs]
+    return list(dict.fromkeys(found))
+
+
+def _left(repo, scope: Sequence, stale: set[str], items: set[str]) -> list[tuple[str, list[str]]]:
+    """The plain stages of ``scope`` still stale, each with the stale stages upstream of it.
+    A stage that always runs again (``always_changed``) is stale for DVC even just after it ran."""
+    import networkx as nx
+
+    changing = {s.addressing for s in scope if s.always_changed}
+    stale = stale - changing
+    graph = repo.index.graph  # edges from a stage to those it depends on
+    return [
+        (s.addressing, sorted(u.addressing for u in nx.descendants(graph, s) if u.addressing in stale))
+        for s in scope
+        if s.addressing in stale and s.addressing not in items
+    ]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The recording job's last word: what is in dvc.lock, what is not and why, and whether
+    anything failed that is not explained by an item whose job did not succeed."""
+
+    lines: list[str]
+    ok: bool
+
+
+def verdict(found: Recorded, repro_exit: int = 0, shown: int = 10) -> Verdict:
+    """Items whose jobs failed, were cancelled or never ran (and the stages after them) are
+    reported: they are not this job's failure, and ``orchestrator submit`` submits them again.
+    A plain stage left stale with nothing stale upstream of it failed (or DVC stopped before
+    it), and so did a ``dvc repro`` that failed with nothing left to explain it: an error."""
+    not_recorded = [*found.failed, *found.unfinished]
+    after = [name for name, upstream in found.left if upstream]
+    broken = [name for name, upstream in found.left if not upstream]
+    head = f"{len(found.recorded) + len(found.up_to_date)} recorded"
+    if not_recorded:
+        head += ", not recorded: " + _listed([f"{name} ({why})" for name, why in not_recorded], shown)
+    lines = [head]
+    if after:
+        lines.append("not run, after an item not recorded or a stage that failed: " + _listed(after, shown))
+    if broken:
+        lines.append(
+            f"failed: {_listed(broken, shown)}: stale after `dvc repro` with nothing stale upstream "
+            "(its command failed, or DVC stopped: see above)"
+        )
+    elif repro_exit and not not_recorded and not after:
+        broken = [f"`dvc repro` exited {repro_exit}"]
+        lines.append(f"failed: `dvc repro` exited {repro_exit} with every stage up to date (see above)")
+    elif not_recorded:
+        lines.append("that is no failure of the recording: `orchestrator submit` submits what was not recorded again")
+    return Verdict(lines, ok=not broken)
+
+
+def _listed(names: Sequence[str], shown: int) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")

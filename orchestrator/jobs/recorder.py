@@ -29,11 +29,13 @@ NO_WAVE_LEFT = 3
 
 @dataclass(frozen=True)
 class RecordingJob:
-    """What the job run once every job has ended does: ``record`` (always), then ``then``."""
+    """What the job run once every job has ended does: ``record`` (always), then ``then``
+    and, last, ``record --repro-exit N`` (the status ``then`` exited with): items whose jobs
+    did not succeed are listed, and only a real failure fails the job."""
 
     item: str  # its name in the ledger
     record: list[str]
-    then: list[str] | None = None  # exec'd in attach-only mode when given (`dvc repro`)
+    then: list[str] | None = None  # run in attach-only mode when given (`dvc repro`)
     targets: tuple[str, ...] = ()
     script: str = "record.sbatch"  # its file name under .orchestrator/scripts
     manual: tuple[str, ...] = ()  # what to run by hand instead (default: ``record``)

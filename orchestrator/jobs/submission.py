@@ -78,7 +78,7 @@ def submit_one(
     records: ledger.ItemLedger, sub: Submission, backend: backends.Backend, runner: Runner, now: float, why_new: str | None = None
 ) -> SubmitOutcome:
     """Submit ``sub``'s job, which :func:`existing` found none to follow for; hold the item's lock."""
-    refuse_if_attach_only(sub, why_new)
+    refuse_if_attach_only(sub, why_new, records)
     prepare(sub, backend)
     # Nodes that failed this item's earlier tries (the retries now under way).
     exclude = excluded(records, sub.fingerprint)
@@ -109,13 +109,17 @@ def existing(records: ledger.ItemLedger, sub: Submission, backend: backends.Back
     return recover(records, sub, backend, runner, attach_only) or adopt(records, sub, backend, runner) or attach(records, sub, backend)
 
 
-def refuse_if_attach_only(sub: Submission, why_new: str | None) -> None:
-    """In the recording job of ``submit`` nothing is submitted: say why the item has no job to record."""
+def refuse_if_attach_only(sub: Submission, why_new: str | None, records: ledger.ItemLedger | None = None) -> None:
+    """In the recording job of ``submit`` nothing is submitted: say why the item has no job to
+    record (its job with this script and inputs that failed or was cancelled, where ``records`` has one)."""
     if os.environ.get(ATTACH_ONLY) == "1":
+        ended = records.latest(sub.fingerprint) if records is not None and why_new is None else None
+        if ended is not None and not ended.state.active and ended.state != State.COMPLETED:
+            why_new = f"its job {ended.job_id} {ended.state.value}, nothing to record (log {ended.log})"
         raise JobFailed(
             f"{sub.plan.item}: {why_new or 'no finished or running job with this script and inputs to record'} "
             "(attach-only mode: nothing is submitted)",
-            hints=[f"run `dvc repro {sub.plan.item}` to make it again"] if why_new else [],
+            hints=[f"run `dvc repro {sub.plan.item}` or `orchestrator submit` to make it again"] if why_new else [],
         )
 
 
@@ -156,7 +160,7 @@ def submit_array(
     process killed between sbatch and the ledger leaves tasks the next run adopts."""
     ws = tasks[0].sub.ws  # the array's workdir: its script and logs are there
     for task in tasks:
-        refuse_if_attach_only(task.sub, task.why_new)
+        refuse_if_attach_only(task.sub, task.why_new, task.records)
         prepare(task.sub, backend)
     script = arrays.write(array, ws.cluster, now)
     (Path(array.workdir) / array.log).parent.mkdir(parents=True, exist_ok=True)

@@ -466,8 +466,9 @@ def _queue(
     following = ["orchestrator", "sweep", "--name", sweep.name, *where, "--next-wave", repr(at if since is None else since)]
     job = RecordingJob(
         f"orchestrator:sweep:{sweep.name}",
-        ["orchestrator", "sweep", "--record", sweep.name, *where],
+        ["orchestrator", "sweep", "--record", sweep.name, *where, "--recording-job"],
         script=f"sweep-{sweep.name}.sbatch",
+        manual=("orchestrator", "sweep", "--record", sweep.name, *where),
         next_wave=following if waits else None,
         waiting=sum(j.deferred for js in jobs.values() for j in js),
     )
@@ -480,6 +481,9 @@ class SweepRecorded:
     saved: list[str] = field(default_factory=list)  # experiment names
     unfinished: list[tuple[str, str]] = field(default_factory=list)  # (experiment, why)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (experiment, the item, job and log)
+    # Those of ``failed`` that the recording itself failed (its copy gone, DVC's record or save
+    # refused), not an item's job: only these fail the sweep's recording job.
+    errors: list[str] = field(default_factory=list)
 
 
 def record_points(root: Path, cluster: str | None, runner: Runner, name: str, say: Callable[[str], None] = print) -> SweepRecorded:
@@ -495,11 +499,13 @@ def record_points(root: Path, cluster: str | None, runner: Runner, name: str, sa
         copy = root / point.folder
         if not copy.is_dir():
             found.failed.append((point.name, f"its copy {point.folder} is gone: run the sweep again"))
+            found.errors.append(point.name)
             continue
         try:
             result = record.record(copy, cluster, runner, sweep.targets, say=lambda line: None)
         except OrchestratorError as exc:  # one point's trouble (its copy damaged by hand, say) stops no other
             found.failed.append((point.name, exc.headline))
+            found.errors.append(point.name)
             continue
         if result.failed:
             found.failed.append((point.name, "; ".join(f"{item}: {why}" for item, why in result.failed)))
@@ -511,6 +517,7 @@ def record_points(root: Path, cluster: str | None, runner: Runner, name: str, sa
             _save_experiment(copy, point.name, runner)
         except OrchestratorError as exc:
             found.failed.append((point.name, exc.headline))
+            found.errors.append(point.name)
             continue
         points[i] = SweepPoint(point.name, point.overrides, point.folder, saved=True)
         Sweep(sweep.name, sweep.baseline, sweep.sets, sweep.targets, tuple(points)).save(root)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from support import ACCOUNT, make_project
 from orchestrator.errors import OrchestratorError, PipelineError
 from orchestrator.jobs import backends, detached, ledger
 from orchestrator.jobs.batch import ItemJob
-from orchestrator.jobs.recorder import RECORD_ITEM
+from orchestrator.jobs.recorder import NO_WAVE_LEFT, RECORD_ITEM
 from orchestrator.slurm.states import State
 
 STAGES = {
@@ -78,10 +79,69 @@ def test_the_recording_job_waits_for_every_job_and_is_in_the_ledger(root):
     script = (root / ".orchestrator/scripts/record.sbatch").read_text()
     assert f"afterany:{':'.join(ids)}" in script and "dvc repro --keep-going" in script
     assert script.index("orchestrator record") < script.index("dvc repro --keep-going")  # one process records, then repro
+    assert script.rstrip().endswith('exec orchestrator record --repro-exit "$repro"')  # and has the last word
     (rec,) = ledger.Ledger(root).records(RECORD_ITEM)
     assert rec.job_id == recorder.job_id and rec.provenance == {"after": ids, "targets": []}
     assert rec.log == f".orchestrator/logs/record-{recorder.job_id}.log" and rec.submitted_at == 1000.0
     assert any(f"recording job {recorder.job_id} records the results when they end" in line for line in lines)
+
+
+FAKE = """#!/bin/bash
+echo "$(basename "$0") $* attach=${ORCH_ATTACH_ONLY:-0}" >> "$CALLS"
+if [ "$(basename "$0")" = dvc ]; then exit "$DVC_EXIT"; fi
+case "$*" in *--repro-exit*) exit "$LAST_EXIT" ;; *--next-wave*) exit "$WAVE_EXIT" ;; *) exit "$FIRST_EXIT" ;; esac
+"""
+
+
+def run_recording_job(root: Path, tmp_path: Path, **exits: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The rendered recording job run by bash, `orchestrator` and `dvc` faked on PATH: what it
+    called, in order, and how it ended."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in ("orchestrator", "dvc"):
+        (bin_dir / name).write_text(FAKE)
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    calls.unlink(missing_ok=True)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), **{f"{k.upper()}_EXIT": str(v) for k, v in exits.items()}}
+    done = subprocess.run(["bash", root / ".orchestrator/scripts/record.sbatch"], env=env, capture_output=True, text=True)
+    return done, calls.read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    "first, repro, last, job_exit",
+    [
+        (1, 255, 0, 0),  # a cancelled item: `record` and `dvc repro` fail on it, the last step says it is no failure (issue 53)
+        (0, 0, 0, 0),
+        (2, 255, 1, 1),  # a real failure: the last step fails the job
+    ],
+)
+def test_the_recording_job_ends_with_the_verdict_on_dvc_repros_exit(root, tmp_path, first, repro, last, job_exit):
+    """`dvc repro`'s failure does not end the job (sacct showed its 255 as FAILED 127:0);
+    `record --repro-exit` decides."""
+    submit(root, FakeSlurm(), targets=("train",))
+    done, calls = run_recording_job(root, tmp_path, first=first, dvc=repro, last=last)
+    assert done.returncode == job_exit, done.stdout + done.stderr
+    assert calls == [
+        "orchestrator record train attach=0",
+        "dvc repro --keep-going train attach=1",
+        f"orchestrator record train --repro-exit {repro} attach=1",
+    ]
+    assert ("not every item was recorded" in done.stdout) == (first != 0)
+
+
+@pytest.mark.parametrize("wave, job_exit, steps", [(0, 0, 2), (NO_WAVE_LEFT, 0, 4), (2, 2, 4)])
+def test_a_recording_job_with_a_wave_after_it_submits_it_or_ends_with_the_verdict(root, tmp_path, wave, job_exit, steps):
+    """A wave submitted: its own recording job goes on. None left: `dvc repro`, then the verdict.
+    The wave refused: what was recorded is listed, and the job fails with the wave's exit."""
+    slurm = FakeSlurm()
+    slurm.max_submit(3, 1)
+    submit(root, slurm, at=1000.0)
+    done, calls = run_recording_job(root, tmp_path, first=1, wave=wave, dvc=255, last=0)
+    assert done.returncode == job_exit and len(calls) == steps, (calls, done.stdout + done.stderr)
+    assert calls[1].startswith("orchestrator submit --next-wave 1000.0") and calls[-1].startswith(
+        "orchestrator submit" if steps == 2 else "orchestrator record --repro-exit 255"
+    )
 
 
 def test_each_submission_is_in_the_ledger(root):

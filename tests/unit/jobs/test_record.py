@@ -167,3 +167,89 @@ def test_a_lock_file_that_is_not_dvcs_record_is_one_error_naming_it(root, lock, 
         before.st_size,
         before.st_mtime_ns,
     )
+
+
+# --- the recording job's last step (issue 53): `record --repro-exit N` after `dvc repro --keep-going` ---
+
+
+def test_settle_lists_what_was_not_recorded_and_the_plain_stages_after_it(root):  # noqa: F811
+    """prep succeeded, train failed, solo was cancelled; `report` (plain) is after train, `lone`
+    (plain) after nothing stale: `dvc repro --keep-going` skipped the first, and the second it
+    left stale with nothing stale upstream (its command failed)."""
+    slurm, jobs = submitted_with_prep_done(root)
+    slurm.states[jobs["train"]] = "FAILED"
+    slurm.states[jobs["solo"]] = "CANCELLED by 0"
+    dvc_yaml = yaml.safe_load((root / "dvc.yaml").read_text())
+    dvc_yaml["stages"]["report"] = {"cmd": "python report.py", "deps": ["report.py", "model"], "outs": ["report.txt"]}
+    dvc_yaml["stages"]["lone"] = {"cmd": "python lone.py", "deps": ["lone.py"], "outs": ["lone.txt"]}
+    (root / "dvc.yaml").write_text(yaml.safe_dump(dvc_yaml))
+    for script in ("report.py", "lone.py"):
+        (root / script).write_text("print('plain')\n")
+    found = record.record(root, None, slurm.runner, say=lambda line: None, settle=True)
+    assert found.recorded == ["prep"] and {name for name, _ in found.failed} == {"train", "solo"}
+    assert sorted(found.left) == [("lone", []), ("report", ["train"])]
+    seen = record.verdict(found, repro_exit=255)
+    assert not seen.ok and any(line.startswith("failed: lone:") for line in seen.lines), seen
+    assert "not run, after an item not recorded or a stage that failed: report" in seen.lines
+    # Targets: what `dvc repro --keep-going report` covers, its upstream items included.
+    found = record.record(root, None, slurm.runner, ("report",), say=lambda line: None, settle=True)
+    assert found.up_to_date == ["prep"] and [name for name, _ in found.failed] == ["train"] and found.left == [("report", ["train"])]
+    assert record.verdict(found, repro_exit=255).ok
+
+
+def test_settle_finds_nothing_left_where_the_plain_stage_ran(root):  # noqa: F811
+    slurm, jobs = submitted_with_prep_done(root)
+    slurm.states[jobs["train"]] = "CANCELLED by 0"
+    slurm.states[jobs["solo"]] = "CANCELLED by 0"
+    found = record.record(root, None, slurm.runner, say=lambda line: None, settle=True)
+    assert found.left == [] and found.recorded == ["prep"]
+    seen = record.verdict(found, repro_exit=255)
+    assert seen.ok and seen.lines[0].startswith(f"1 recorded, not recorded: solo (job {jobs['solo']} cancelled; log "), seen
+    assert f"train (job {jobs['train']} cancelled; log .orchestrator/logs/train-{jobs['train']}.log)" in seen.lines[0]
+    assert "`orchestrator submit` submits what was not recorded again" in seen.lines[-1]
+
+
+CANCELLED = ("train@0.2", "job 7 cancelled; log .orchestrator/logs/train@0.2-7.log")
+
+
+@pytest.mark.parametrize(
+    "found, repro_exit, ok, says",
+    [
+        # Every item recorded: nothing to say but that.
+        (record.Recorded(recorded=["a", "b"], up_to_date=["c"]), 0, True, ["3 recorded"]),
+        # A cancelled item fails `dvc repro`: reported, not this job's failure.
+        (
+            record.Recorded(recorded=["a", "b", "c"], failed=[CANCELLED]),
+            255,
+            True,
+            [f"3 recorded, not recorded: {CANCELLED[0]} ({CANCELLED[1]})"],
+        ),
+        # An item that never had a job, and the plain stage after it.
+        (
+            record.Recorded(
+                up_to_date=["a"], unfinished=[("b", "no job submitted for its current script and inputs")], left=[("s", ["b"])]
+            ),
+            255,
+            True,
+            [
+                "1 recorded, not recorded: b (no job submitted for its current script and inputs)",
+                "not run, after an item not recorded or a stage that failed: s",
+            ],
+        ),
+        # A plain stage that failed on its own: the recording failed, whatever else was not recorded.
+        (record.Recorded(recorded=["a"], failed=[CANCELLED], left=[("s", [])]), 255, False, ["failed: s: stale after `dvc repro`"]),
+        # `dvc repro` failed with nothing left to explain it (DVC stopped).
+        (record.Recorded(recorded=["a"]), 255, False, ["failed: `dvc repro` exited 255 with every stage up to date"]),
+    ],
+)
+def test_the_verdict_fails_the_recording_job_only_for_a_real_failure(found, repro_exit, ok, says):
+    seen = record.verdict(found, repro_exit)
+    assert seen.ok == ok, seen
+    for line in says:
+        assert any(said.startswith(line) for said in seen.lines), (line, seen.lines)
+
+
+def test_the_verdict_names_the_first_items_not_recorded_and_counts_the_rest():
+    found = record.Recorded(failed=[(f"train@{i}", f"job {i} failed") for i in range(25)])
+    (head, _) = record.verdict(found, 255, shown=3).lines
+    assert head == "0 recorded, not recorded: train@0 (job 0 failed), train@1 (job 1 failed), train@2 (job 2 failed) and 22 more"

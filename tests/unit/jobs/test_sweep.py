@@ -114,6 +114,31 @@ def test_a_failed_point_is_listed_kept_and_submitted_again_alone(project):
     assert len(slurm.runner.called("sbatch")) == before + 2  # its job and a recording job
 
 
+def test_the_sweeps_recording_job_fails_only_for_a_failure_of_its_own(project, monkeypatch):
+    """Issue 53's kind: a point not saved because its item's job failed (or was cancelled) is
+    listed, and the recording job (`--recording-job`) ends 0; a point whose copy is gone is the
+    recording's own failure. By hand, both exit 1 as before."""
+    import shutil
+
+    from support import invoke
+
+    slurm = FakeSlurm()
+    runner = SlurmAndGit(slurm)
+    made, _, _ = sweep.submit(project, None, runner, ["sweep.lr=0.1,0.2,0.3"], name="grid", say=lambda _: None)
+    script = (project / ".orchestrator/scripts/sweep-grid.sbatch").read_text()
+    assert "exec orchestrator sweep --record grid --recording-job" in script
+    finish(project, slurm, made, failing={"grid-1"})
+    monkeypatch.setattr("orchestrator.util.runner.SubprocessRunner", lambda: runner)
+    job = invoke("sweep", "--record", "grid", "--recording-job", "--project", str(project))
+    assert job.exit_code == 0 and "grid-1" in job.output and "no failure of the recording" in job.output, job.output
+    assert invoke("sweep", "--record", "grid", "--project", str(project)).exit_code == 1  # by hand: as before
+    assert not (project / made.points[0].folder).exists()  # saved: its copy is gone, and nothing is wrong
+    shutil.rmtree(project / made.points[1].folder)  # gone by hand: the recording cannot save it
+    found = sweep.record_points(project, None, runner, "grid", say=lambda _: None)
+    assert found.errors == ["grid-1"] and [n for n, _ in found.failed] == ["grid-1"]
+    assert invoke("sweep", "--record", "grid", "--recording-job", "--project", str(project)).exit_code == 1
+
+
 @pytest.mark.parametrize(
     ("sets", "said"),
     [
