@@ -45,7 +45,7 @@ TESTBED_GROUPS = {
     "slurm-2": frozenset(
         {
             "test_docs_commands_testbed.py", "test_limits_testbed.py", "test_remote_submit.py", "test_container_jobs.py",
-            "test_remote_install.py",
+            "test_remote_install.py", "test_workstation_rounds.py",
         }
     ),
     "slurm-3": frozenset(
