@@ -1,9 +1,13 @@
 """The command blocks of the pages that work from a workstation (`<!-- run: ssh -->`, with the
-page's local blocks) run as the pages show them: the loopback sshd as the login node, reached
-as `login-node` (the `login` fixture's alias, conftest.py beside this), and the Slurm testbed as
-the cluster behind it (tests/doc_blocks.py)."""
+page's local blocks) run as the pages show them (tests/doc_blocks.py), the Slurm testbed as the
+cluster: the page's own try-out starts the loopback sshd that is its login node and writes the ssh
+config that names it `login-node`; the `sshd` fixture only makes sure OpenSSH is installed."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import signal
 
 import pytest
 from doc_blocks import page_id, pages_needing, run_page
@@ -15,7 +19,13 @@ PAGES = pages_needing("ssh")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[page_id(p) for p in PAGES])
-def test_the_pages_commands_run_over_ssh(page, tmp_path, slurm_testbed, login):
+def test_the_pages_commands_run_over_ssh(page, tmp_path, slurm_testbed, sshd):
     require("shellcheck")
-    (tmp_path / "workstation").mkdir()
-    run_page(page, tmp_path / "workstation", env=login.env)
+    where = tmp_path / "workstation"
+    where.mkdir()
+    try:
+        run_page(page, where)
+    finally:  # the page's last block stops its sshd; a page that failed before it leaves it running
+        for pid_file in where.glob("*/sshd.pid"):
+            with contextlib.suppress(ValueError, ProcessLookupError):
+                os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
