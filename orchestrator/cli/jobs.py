@@ -257,7 +257,10 @@ SHOWN_ROWS = 60
 @click.command()
 @click.argument("targets", nargs=-1)
 @click.option("--watch", "-w", is_flag=True, help="Refresh until every job has ended (polling backs off).")
-@click.option("--all", "-a", "all_rows", is_flag=True, help=f"List every array task, also past {SHOWN_ROWS} rows.")
+@click.option(
+    "--all", "-a", "all_rows", is_flag=True,
+    help=f"List every array task, also past {SHOWN_ROWS} rows, and the items that have left dvc.yaml.",
+)  # fmt: skip
 @click.option("--sweep", "sweep_name", default=None, metavar="NAME", help="The items of sweep NAME's points not yet saved as experiments.")
 @project_option
 @remote_option
@@ -269,6 +272,7 @@ def status(
 
     Job arrays get a line each (tasks per state). Past 60 rows, the array tasks
     that are pending or completed are left out of the table (running and failed ones stay).
+    Items no longer in dvc.yaml whose jobs have ended are left out too, and counted.
     """
     import time
 
@@ -278,6 +282,7 @@ def status(
 
     from orchestrator.jobs import follow
     from orchestrator.jobs import status as st
+    from orchestrator.pipeline import stages
     from orchestrator.slurm.states import State
     from orchestrator.slurm.times import hms
     from orchestrator.util.runner import SubprocessRunner
@@ -287,10 +292,13 @@ def status(
     if sweep_name is not None:
         made, points = follow.open_points(project, sweep_name)
         click.echo(f"sweep {made.name}: {len(made.points)} points, {sum(p.saved for p in made.points)} saved as experiments")
+    # Items named or --all: every row the ledger has; else not those that left dvc.yaml and ended.
+    current = None if targets or all_rows or sweep_name is not None else stages.item_names(project)
     while True:
         with hinting(project, cluster):
             rows = st.refresh_all(points, runner) if sweep_name is not None else st.refresh(project, runner, targets)
-        if not rows and sweep_name is None:
+        rows, gone = st.departed(rows, current)
+        if not rows and not gone and sweep_name is None:
             # A bare header would read as "something is wrong": say what fills the table.
             what = f"no submitted item matches {' '.join(targets)}" if targets else "nothing submitted from this project yet"
             click.echo(
@@ -331,6 +339,9 @@ def status(
         table(tuple(columns), [tuple(c) for c in cells])
         for a in arrays:
             click.echo(f"array {a.array_id}: {a.tasks} tasks ({a.items}): {a.states}")
+        if gone:
+            names = ", ".join(r.item for r in gone[:4]) + (", ..." if len(gone) > 4 else "")
+            click.echo(f"{len(gone)} ended item(s) no longer in dvc.yaml left out ({names}): `status --all` lists them")
         for r in rows:
             waiting = follow.waiting(project, r) if r.state.active else 0
             if waiting:

@@ -95,6 +95,19 @@ def _matches(item: str, targets: Sequence[str]) -> bool:
     return not targets or any(t in (item, item.split("@", 1)[0]) or fnmatch.fnmatchcase(item, t) for t in targets)
 
 
+def departed(rows: Sequence[StatusRow], items: Sequence[str] | None) -> tuple[list[StatusRow], list[StatusRow]]:
+    """(rows to show, ended rows of items no longer in the pipeline): the ledger keeps an item that
+    left the matrix, and listing its old job round after round reads as if it were still part of
+    the project. One whose job still runs stays (something of it is still going on); the
+    orchestrator's own rows (``orchestrator:record``) are no items. ``items``: the pipeline's
+    item names; None where they are not known (nothing is left out then)."""
+    if items is None:
+        return list(rows), []
+    known = set(items)
+    gone = [r for r in rows if r.item not in known and not r.item.startswith("orchestrator:") and not r.state.active]
+    return [r for r in rows if r not in gone], gone
+
+
 def refresh(root: Path, runner: Runner, targets: Sequence[str] = ()) -> list[StatusRow]:
     """Current state of the items' newest jobs: one sacct call for all Slurm jobs."""
     histories = _histories(root, targets)

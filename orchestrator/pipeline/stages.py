@@ -208,6 +208,15 @@ def declared_outputs(root: Path) -> list[str]:
     return by_pipeline(root, "outputs", lambda: sorted({out for item in resolve(root) for out in item.outputs}))
 
 
+def item_names(root: Path) -> list[str] | None:
+    """The names of every item of the pipeline (cached, see :func:`by_pipeline`); None where DVC
+    cannot resolve it here."""
+    try:
+        return by_pipeline(root, "items", lambda: [item.name for item in resolve(root)])
+    except (PipelineError, OSError):
+        return None
+
+
 def run_outputs(root: Path) -> list[str]:
     """:func:`declared_outputs`, or none where DVC cannot resolve the pipeline here (a caller that
     only sets results apart from code then treats every file as code: the cautious side)."""

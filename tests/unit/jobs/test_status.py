@@ -182,3 +182,21 @@ def test_following_a_log_reads_what_the_job_appends_until_it_ends_waiting_longer
     assert follow.log(tmp_path, "x", FakeRunner({}), True, written.append, Clock(sleep=sleep))
     assert "".join(written) == "step 1\nstep 2\nstep 3\nstep 4\n"
     assert slept == [0.5, 0.75, 1.125]
+
+
+def test_items_that_left_dvc_yaml_and_ended_are_left_out_and_counted(tmp_path, monkeypatch):
+    """An item removed from the matrix keeps its ledger; its old job is no longer listed round after
+    round, unless it still runs, it is named, or --all is asked for."""
+    seed(tmp_path)
+    runner = FakeRunner({"sacct": ok("11|RUNNING|0:0|5|1|node1|None\n12|COMPLETED|0:0|3|1|node1|None\n"), "squeue": ok("")})
+    monkeypatch.setattr("orchestrator.util.runner.SubprocessRunner", lambda: runner)
+    monkeypatch.setattr("orchestrator.pipeline.stages.item_names", lambda root: ["bench@c", "other"])  # bench@a and bench@b left
+    out = invoke("status", "--project", str(tmp_path)).output
+    listed = [line.split()[0] for line in out.splitlines()[1:] if line.startswith(("bench", "other"))]
+    assert listed == ["bench@a", "bench@c", "other"], out  # bench@a still runs: it stays
+    assert "1 ended item(s) no longer in dvc.yaml left out (bench@b): `status --all` lists them" in out
+    for asked in (["--all"], ["bench@b"]):
+        out = invoke("status", *asked, "--project", str(tmp_path)).output
+        assert "bench@b" in out and "left out" not in out, out
+    rows = status.refresh(tmp_path, runner)
+    assert status.departed(rows, None) == (rows, [])  # the pipeline unknown: nothing left out
