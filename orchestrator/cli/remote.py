@@ -65,10 +65,18 @@ def run_remote(project: Path, cluster: str | None, argv: Sequence[str], sync: bo
     """``orchestrator ARGV`` on the login node in the project's folder there (sent first when
     ``sync``, behind a submit of the project still running there), its output streamed here;
     exits with its exit status."""
+    from orchestrator.remote.session import Detached, Follower, Interrupted
+
     session, runner = open_session(project, cluster)
-    send(session, runner, sync, with_changes, queue=True)
-    say_line(f"running `orchestrator {shlex.join(argv)}` on {session.dest.host} in {session.project}")
-    code = session.run(list(argv), stream_out, say_line)
+    try:
+        send(session, runner, sync, with_changes, queue=True)
+    except KeyboardInterrupt:
+        raise Interrupted(f"stopped (Ctrl-C) before `orchestrator {argv[0]}` started on {session.dest.host}: nothing runs there") from None
+    try:
+        say_line(f"running `orchestrator {shlex.join(argv)}` on {session.dest.host} in {session.project}")
+        code = session.run(list(argv), stream_out, say_line)
+    except KeyboardInterrupt:  # before its output streamed: it may have started there, and then goes on
+        raise Detached(Follower(session, stream_out, say_line, argv).goes_on()) from None
     if code:
         sys.exit(code)
 

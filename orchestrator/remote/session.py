@@ -392,5 +392,11 @@ class Detached(RemoteError):
         super().__init__("stopped following (Ctrl-C); nothing was stopped on the cluster", hints=lines)
 
 
+class Interrupted(RemoteError):
+    """Ctrl-C before the remote command was started; nothing runs there."""
+
+    exit_code = 130
+
+
 def _said(done) -> list[str]:
     return [line for line in (done.stderr.strip() or done.stdout.strip()).splitlines() if not line.startswith(TAG)][-8:]

@@ -104,3 +104,30 @@ def test_attach_takes_a_run_id_not_a_path(tmp_path, monkeypatch, run_id):
         return
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert f"{run_id!r} is not a run id" in result.output and not opened  # refused before any ssh
+
+
+@pytest.mark.parametrize("when", ["sending", "starting"])
+def test_ctrl_c_at_any_moment_of_a_remote_command_says_what_goes_on_there(monkeypatch, tmp_path, when):
+    """Ctrl-C while the project is sent: nothing runs there. Ctrl-C between the send and the following
+    of the output (it may have started there): it goes on, and how to follow it. Never click's bare
+    "Aborted!" with exit 1."""
+    from types import SimpleNamespace
+
+    from orchestrator.cli import remote
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    dest = SimpleNamespace(host="login-node")
+    session = SimpleNamespace(
+        dest=dest, project="/scratch/p/proj", follow_command=lambda run_id: "orchestrator remote attach", run=interrupt
+    )
+    monkeypatch.setattr(remote, "open_session", lambda project, cluster: (session, None))
+    monkeypatch.setattr(remote, "send", interrupt if when == "sending" else lambda *a, **k: None)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("submit", "--remote")
+    assert result.exit_code == 130 and "Aborted" not in result.output, result.output
+    if when == "sending":
+        assert "before `orchestrator submit` started on login-node: nothing runs there" in result.output
+    else:
+        assert "`orchestrator submit` goes on on login-node" in result.output and "orchestrator remote attach" in result.output
