@@ -114,7 +114,7 @@ def layout(fmt: str, top: int, **options) -> None:
 
     Each layout shows its memory per GPU (parameters, gradients, optimizer states,
     activations) and its predicted communication per step. Every rejected layout says
-    why. The formulas and their sources: `python -m pydoc orchestrator.layout`.
+    why. The formulas and their sources: `python -m pydoc orchestrator.analysis.layout`.
     """
     inputs = _inputs(**options)
     layouts = lay.plan_layouts(inputs.model, inputs.hardware, inputs.micro_batch, inputs.global_batch, inputs.zero_stages, inputs.recompute)
@@ -239,7 +239,8 @@ def _notes(i: _Inputs) -> list[str]:
             "default bandwidths used (see --intra-node-gbps, --inter-node-gbps); measure yours with nccl-tests/rccl-tests (bus bandwidth)"
         )
     notes.append(
-        "communication is not assumed to overlap computation (an upper bound); formulas and sources: python -m pydoc orchestrator.layout"
+        "communication is not assumed to overlap computation (an upper bound); "
+        "formulas and sources: python -m pydoc orchestrator.analysis.layout"
     )
     return notes
 

@@ -63,3 +63,28 @@ def test_every_reference_in_a_docstring_or_comment_resolves(package):
         pytest.importorskip("torch")
     stale = [f"{module}:{line}: {name}" for module, line, name in references(package) if not resolves(module, name)]
     assert not stale, "references to names that do not exist:\n  " + "\n  ".join(stale)
+
+
+# A dotted name of this package in prose: `orchestrator.jobs.ledger`, or what `python -m pydoc X` is told
+# to show. Help texts and pages point readers at modules; a rename leaves such a pointer stale.
+DOTTED = re.compile(r"(?:pydoc\s+|`)(orchestrator(?:\.[A-Za-z_]\w*)+)")
+
+
+def dotted_names() -> list[tuple[str, str]]:
+    found = []
+    files = [*sorted((ROOT / "orchestrator").rglob("*.py")), *sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            found += [(f"{path.relative_to(ROOT)}:{number}", m.group(1).rstrip(".")) for m in DOTTED.finditer(line)]
+    return found
+
+
+def test_every_module_named_in_help_texts_and_docs_exists():
+    """`orchestrator.X` is also how the pages name a setting of params.yaml's orchestrator section."""
+    import dataclasses
+
+    from orchestrator.config.params import Settings
+
+    settings = {f"orchestrator.{field.name}" for field in dataclasses.fields(Settings)}
+    stale = [f"{where}: {name}" for where, name in dotted_names() if name not in settings and not _absolute(name)]
+    assert not stale, "dotted names of modules (or settings) that do not exist:\n  " + "\n  ".join(stale)
