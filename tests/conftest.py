@@ -25,7 +25,10 @@ from support import (  # noqa: E402
     IMAGE_CACHE,
     LOCKS,
     ROOT,
+    Distributions,
     container_cli,
+    distributions_in,
+    distributions_of_this_tree,
     fabricate,
     invoke,
     machine_lock,
@@ -34,7 +37,6 @@ from support import (  # noqa: E402
     require_root_and_apt,
     skip_or_fail,
     venv_with,
-    wheel_of_this_tree,
 )
 
 # OpenMP's idle threads wait asleep, not spinning, in every test process and what it starts (set
@@ -151,17 +153,22 @@ def reported(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def this_wheel(tmp_path_factory) -> Path:
-    """This tree's wheel, built once per pytest run (pip's isolated build costs ~7 s of CPU): under
-    xdist, the first worker to ask builds it in the run's shared temporary folder, and the others
-    wait for it there."""
+def this_distributions(tmp_path_factory) -> Distributions:
+    """This tree's sdist and the wheel built from it, built once per pytest run (the isolated builds
+    cost ~8 s of CPU): under xdist, the first worker to ask builds them in the run's shared temporary
+    folder, and the others wait for them there."""
     base = tmp_path_factory.getbasetemp()
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return wheel_of_this_tree(base / "wheel")
+        return distributions_of_this_tree(base / "wheel")
     shared = base.parent / "wheel"  # the workers' basetemps are popen-gwN folders of this run's one
     with FileLock(str(base.parent / "wheel.lock")):
-        built = sorted(shared.glob("*.whl"))
-        return built[0] if built else wheel_of_this_tree(shared)
+        return distributions_in(shared) if any(shared.glob("*.whl")) else distributions_of_this_tree(shared)
+
+
+@pytest.fixture(scope="session")
+def this_wheel(this_distributions) -> Path:
+    """This tree's wheel, as a release builds it (from its sdist, where `build` is installed)."""
+    return this_distributions.wheel
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -355,11 +356,27 @@ def fabricate(root: Path) -> Path:
 # --- the command line ------------------------------------------------------------------------
 
 
-def wheel_of_this_tree(folder: Path) -> Path:
-    """This checkout built into a wheel in ``folder`` (pip's isolated build, as a user's would be)."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)], check=True, timeout=600)
+@dataclasses.dataclass(frozen=True)
+class Distributions:
+    wheel: Path
+    sdist: Path | None  # None: built without `build` (pip wheel), no sdist
+
+
+def distributions_of_this_tree(folder: Path) -> Distributions:
+    """This checkout built into ``folder`` as a release is: its sdist, then the wheel built from that
+    sdist (`python -m build`, each step in an isolated build environment, as a user's pip would);
+    where `build` is not installed (the test extra brings it), the wheel alone with pip."""
+    if importlib.util.find_spec("build") is None:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(folder), str(ROOT)], check=True, timeout=600)
+    else:
+        subprocess.run([sys.executable, "-m", "build", "-q", "--outdir", str(folder), str(ROOT)], check=True, timeout=600)
+    return distributions_in(folder)
+
+
+def distributions_in(folder: Path) -> Distributions:
     (wheel,) = folder.glob("*.whl")
-    return wheel
+    sdists = sorted(folder.glob("*.tar.gz"))
+    return Distributions(wheel, sdists[0] if sdists else None)
 
 
 def venv_with(wheel: Path, venv: Path, system_site_packages: bool = False) -> Path:

@@ -1,7 +1,7 @@
 """The runs a report is made of: each revision's pipeline read, its runs found and read, the
 stages with a throughput chosen, and the profile of each run picked.
 
-Refuses, with what to do, a pipeline with no metrics file among its outputs, a ``--metric`` key
+Refuses, with what to do, a pipeline that declares no metrics files (dvc.yaml's ``metrics:``), a ``--metric`` key
 that no run has, and runs of which none has a throughput. Arithmetic is
 :mod:`~orchestrator.analysis.report`'s; Slurm's accounting is asked by the caller.
 """
@@ -89,35 +89,36 @@ def _shown(lines: list[str]) -> list[str]:
 def _no_throughput(runs: list[Run], mapping: Mapping[str, str]) -> OrchestratorError:
     """No run has a throughput: which runs have no metrics yet, and which name theirs otherwise,
     with the metric the report needs and how to name or map the user's own."""
-    from orchestrator.analysis.runs import flat_keys
+    from orchestrator.analysis.runs import flat_keys, metrics_named
     from orchestrator.analysis.scaling import THROUGHPUTS
 
     needed = " or ".join(key for key, _ in THROUGHPUTS)
+    named = metrics_named(runs)
     present = [r for r in runs if r.metrics is not None]
     if not present:
         return PipelineError(
-            "no run has a metrics.json yet", _shown([f"{r.key}: {r.problem}" for r in runs]), hints=["run the pipeline first (dvc repro)"]
+            f"no run has a {named} yet", _shown([f"{r.key}: {r.problem}" for r in runs]), hints=["run the pipeline first (dvc repro)"]
         )
     keys = sorted({k for r in present for k in flat_keys(r.metrics or {})})
     mapped = [f"--metric {name}={key}" for name, key in mapping.items() if name in dict(THROUGHPUTS)]
-    problems = [f"{r.key}: its metrics.json has {', '.join(flat_keys(r.metrics or {})) or 'no keys'}" for r in present]
+    problems = [f"{r.key}: its {metrics_named([r])} has {', '.join(flat_keys(r.metrics or {})) or 'no keys'}" for r in present]
     hint = (
-        f"{' '.join(mapped)} found no number > 0 in any run's metrics.json"
+        f"{' '.join(mapped)} found no number > 0 in any run's {named}"
         if mapped
         else f"write it under that name, or map your own: --metric samples_per_second=KEY (or tokens_per_second=KEY), e.g. KEY {keys[0]}"
         if keys
-        else "write it in each run's metrics.json"
+        else f"write it in each run's {named}"
     )
     return PipelineError(
-        f"no run's metrics.json has a throughput: the report needs {needed} (a number > 0, per second)",
+        f"no run's {named} has a throughput: the report needs {needed} (a number > 0, per second)",
         _shown(problems),
         hints=[hint, "or name the stages to report"],
     )
 
 
 def _unused_mapping(runs: list[Run], mapping: Mapping[str, str]) -> None:
-    """A --metric KEY that no run's metrics.json has is a typo, not a metric every run lacks: one error, the keys there are."""
-    from orchestrator.analysis.runs import flat_keys, lookup
+    """A --metric KEY that no run's metrics file has is a typo, not a metric every run lacks: one error, the keys there are."""
+    from orchestrator.analysis.runs import flat_keys, lookup, metrics_named
 
     present = [r for r in runs if r.metrics is not None]
     if not present:
@@ -126,7 +127,7 @@ def _unused_mapping(runs: list[Run], mapping: Mapping[str, str]) -> None:
     if unknown:
         keys = sorted({k for r in present for k in flat_keys(r.metrics or {})})
         raise ConfigError(
-            f"--metric {' '.join(unknown)}: no run's metrics.json has that key",
+            f"--metric {' '.join(unknown)}: no run's {metrics_named(present)} has that key",
             hints=[f"the keys the runs have: {', '.join(keys) or 'none'}; nothing was written"],
         )
 
@@ -142,7 +143,7 @@ def _runs(
 ) -> tuple[list[Run], Workspace]:
     """The runs of ``root``'s pipeline (a revision's files when ``revision`` is given: read
     from it first) and its workspace (the cluster and profile its params choose)."""
-    from orchestrator.analysis.runs import METRICS_FILE, expected_runs, read_run
+    from orchestrator.analysis.runs import expected_runs, read_run
     from orchestrator.pipeline import stages as pipeline
 
     pipeline.require_pipeline(root)
@@ -152,17 +153,17 @@ def _runs(
     expected = expected_runs(items, {j.item.name: j.spec for j in found})
     where = f"revision {source}'s {pipeline.PIPELINE_FILE}" if revision is not None else str(root / pipeline.PIPELINE_FILE)
     if not expected:
-        # The user's metrics files by other names: the report reads metrics.json, one per run folder.
-        other = sorted({o for i in items for o in i.outputs if o.endswith((".json", ".yaml", ".yml"))})
+        # Metrics written as plain outs: the report reads what dvc.yaml declares as metrics, as `dvc metrics show` does.
+        other = sorted({o for i in items for o in i.outputs if o.endswith((".json", ".yaml", ".yml", ".toml"))})
         named = f"; outputs that may be your metrics: {', '.join(_shown(other))}" if other else ""
         raise PipelineError(
-            f"no {METRICS_FILE} among the outputs of {', '.join(targets) or 'any stage'} in {where}{named}",
+            f"no metrics files declared by {', '.join(targets) or 'any stage'} in {where}{named}",
             hints=[
-                f"the report reads each run's {METRICS_FILE} (its folder is the run's): name your metrics file {METRICS_FILE} "
-                "in dvc.yaml (metrics: or outs:) and in the code that writes it, with samples_per_second or tokens_per_second "
-                "in it (or map your key: --metric samples_per_second=KEY)"
+                "the report reads the files each stage declares under metrics: in dvc.yaml (any name; JSON, YAML or TOML, "
+                "as `dvc metrics show` reads them), one run per item: declare yours there, with samples_per_second or "
+                "tokens_per_second in it (or map your key: --metric samples_per_second=KEY)"
             ],
         )
     if revision is not None:
-        revision.read_runs([e.directory for e in expected], root)
+        revision.read_runs(expected, root)
     return [read_run(root, e, source, mapping) for e in expected], ws

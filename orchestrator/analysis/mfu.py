@@ -1,6 +1,6 @@
 """Model FLOPs utilisation: a run's model FLOP/s per device against a peak.
 
-Read from whichever form the run's ``metrics.json`` carries, by the report and by
+Read from whichever form the run's metrics carry, by the report and by
 ``status`` alike, so the two never show different figures for one run.
 """
 

@@ -4,8 +4,8 @@ git and DVC's cache without checking anything out.
 One matrix run on two clusters keeps both results the way DVC keeps any two variants:
 each in its own commit or experiment (``dvc exp run -n on-lumi -S orchestrator.cluster=lumi``).
 The report reads a revision's pipeline (dvc.yaml, params.yaml, the profile file its params
-name) and only the small files of its runs (metrics.json, provenance.json, the per-step
-curves) into a folder of its own, which then reads like a project: checkpoints and other
+name) and only the small files of its runs (the metrics files dvc.yaml declares,
+provenance.json, the per-step curves) into a folder of its own, which then reads like a project: checkpoints and other
 large outputs are never fetched.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.analysis.runs import CURVES_DIR, METRICS_FILE
+from orchestrator.analysis.runs import CURVES_DIR, Expected
 from orchestrator.config import params
 from orchestrator.errors import ConfigError, PipelineError
 from orchestrator.pipeline import stages
@@ -50,11 +50,11 @@ class Revision:
         if not (into / ".dvc").is_dir():
             Repo.init(str(into), no_scm=True).close()
 
-    def read_runs(self, directories: Iterable[str], into: Path) -> None:
-        """Each run folder's metrics, provenance and curves that the revision has."""
-        for directory in directories:
-            self.read_files([posixpath.join(directory, name) for name in (METRICS_FILE, stages.PROVENANCE_FILE)], into)
-            curves = posixpath.join(directory, CURVES_DIR)
+    def read_runs(self, runs: Iterable[Expected], into: Path) -> None:
+        """Each run's metrics files, and the provenance and curves in its folder, that the revision has."""
+        for run in runs:
+            self.read_files([*run.files, posixpath.join(run.directory, stages.PROVENANCE_FILE)], into)
+            curves = posixpath.join(run.directory, CURVES_DIR)
             if self.fs.isdir(curves):
                 self.read_files([path for path in self.fs.find(curves) if path.endswith(".tsv")], into)
 

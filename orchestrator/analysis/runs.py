@@ -1,18 +1,19 @@
 """Runs: the items of a pipeline that have results, and what was read of them.
 
-A *run* is a dvc.yaml item with a ``metrics.json`` output (the training's results
-file, ``experiments/common/metrics.py``). Beside it lie ``provenance.json`` (written by
-the orchestrator when the job succeeded: job id, backend, nodes, elapsed time,
+A *run* is a dvc.yaml item that declares metrics files (its ``metrics:`` entries, whatever
+their names: JSON, YAML or TOML, read as ``dvc metrics show`` reads them; for an item that
+declares none, an output named ``metrics.json``, the shipped training's results file,
+``experiments/common/metrics.py``). Beside its first metrics file lie ``provenance.json``
+(written by the orchestrator when the job succeeded: job id, backend, nodes, elapsed time,
 requeues, profile; kept under ``.orchestrator/provenance/`` instead where the stage
 does not declare it, :mod:`orchestrator.jobs.provenance`) and
 ``dvclive/plots/metrics/**.tsv`` (the per-step curves).
-An item whose ``metrics.json`` is absent or unreadable is *missing*: it is listed,
+An item whose metrics file is absent or unreadable is *missing*: it is listed,
 and its values are shown as missing, never as 0.
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,8 @@ from orchestrator.config.profile_schema import LoadedProfile, Profile
 from orchestrator.errors import ProfileError
 from orchestrator.pipeline import runargs, stages
 
+# The shipped training's results file: read where an item declares no `metrics:` but has an
+# output by this name (the report read only this name before it read `metrics:`).
 METRICS_FILE = "metrics.json"
 CURVES_DIR = "dvclive/plots/metrics"
 _CONFIG = re.compile(r"(\d+)x(\d+)")
@@ -33,13 +36,19 @@ _CONFIG = re.compile(r"(\d+)x(\d+)")
 
 @dataclass(frozen=True)
 class Expected:
-    """A run dvc.yaml promises: an item with a metrics.json output."""
+    """A run dvc.yaml promises: an item with metrics files."""
 
     item: str
     stage: str
-    directory: str  # the metrics file's folder, relative to the project root
+    directory: str  # its (first) metrics file's folder, relative to the project root: provenance and curves lie there
     nodes: int | None  # from its `orchestrator run` arguments, else its folder's NxG
     gpus_per_node: int | None
+    metrics_files: tuple[str, ...] = ()  # relative to the project root; none: the folder's metrics.json
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The metrics files the run is read from, in the order dvc.yaml declares them."""
+        return self.metrics_files or (posixpath.join(self.directory, METRICS_FILE),)
 
     @property
     def config(self) -> str:
@@ -56,7 +65,7 @@ class Expected:
 @dataclass(frozen=True)
 class Run:
     expected: Expected
-    metrics: Mapping[str, Any] | None  # metrics.json as written by the training; None: missing
+    metrics: Mapping[str, Any] | None  # its metrics files as written by the training (merged); None: missing
     provenance: Mapping[str, Any] | None
     curves: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)  # "train/loss" -> (step, value)
     problem: str | None = None  # why the metrics are missing
@@ -73,17 +82,25 @@ class Run:
 
 
 def expected_runs(items: Sequence[stages.Item], specs: Mapping[str, runargs.JobSpec]) -> list[Expected]:
-    """Every item with a metrics.json output, with its GPU layout where it can be known."""
+    """Every item with metrics files, with its GPU layout where it can be known: one run per
+    item (an item's several metrics files are one run's), so each item is one row."""
     found = []
     for item in items:
-        for out in item.outputs:
-            if posixpath.basename(out) != METRICS_FILE:
-                continue
-            directory = posixpath.dirname(out)
-            job = specs.get(item.name)
-            nodes, gpus = (job.nodes, job.gpus_per_node) if job else _config_of(directory)
-            found.append(Expected(item.name, item.group, directory, nodes, gpus))
+        declared = item.metric_files or tuple(o for o in item.outputs if posixpath.basename(o) == METRICS_FILE)
+        if not declared:
+            continue
+        directory = posixpath.dirname(declared[0])
+        job = specs.get(item.name)
+        nodes, gpus = (job.nodes, job.gpus_per_node) if job else _config_of(directory)
+        found.append(Expected(item.name, item.group, directory, nodes, gpus, declared))
     return found
+
+
+def metrics_named(runs: Sequence[Run]) -> str:
+    """How messages name the runs' metrics files: their file name where every run's is the same
+    (``metrics.json``, ``scores.yaml``), else "metrics file"."""
+    names = {posixpath.basename(f) for r in runs for f in r.expected.files}
+    return names.pop() if len(names) == 1 else "metrics file"
 
 
 def _config_of(directory: str) -> tuple[int | None, int | None]:
@@ -94,7 +111,7 @@ def _config_of(directory: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-# The metrics.json keys the report reads that a project may write under names of its own
+# The metrics keys the report reads that a project may write under names of its own
 # (`orchestrator report --metric NAME=KEY`): the throughput (one of the two), and what it is scaled by.
 MAPPABLE = ("tokens_per_second", "samples_per_second", "mean_step_time_s", "batch_size", "global_batch_size", "flops_per_token")
 
@@ -109,7 +126,7 @@ def parse_mapping(given: Sequence[str]) -> dict[str, str]:
         name, sep, key = text.partition("=")
         name, key = name.strip(), key.strip()
         if not sep or not name or not key:
-            problems.append(f"{text!r}: write NAME=KEY, the report's name and your metrics.json key (e.g. samples_per_second=throughput)")
+            problems.append(f"{text!r}: write NAME=KEY, the report's name and your metrics file's key (e.g. samples_per_second=throughput)")
         elif name not in MAPPABLE:
             problems.append(f"{text!r}: the report has no metric {name!r}")
         elif name in mapping:
@@ -160,28 +177,48 @@ def flat_keys(metrics: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 
 def read_run(root: Path, expected: Expected, source: str | None = None, mapping: Mapping[str, str] | None = None) -> Run:
-    """The run's metrics (with ``mapping``'s keys read under the report's names), provenance and curves."""
+    """The run's metrics (with ``mapping``'s keys read under the report's names), provenance and curves.
+
+    Several metrics files of one item are merged, a key of an earlier one winning; the run is
+    missing while any of them is (DVC would not have recorded the item as done)."""
     folder = root / expected.directory
-    metrics, problem = _read_json(folder / METRICS_FILE, f"{expected.directory}/{METRICS_FILE}")
+    metrics: dict[str, Any] | None = {}
+    problem = None
+    for path in expected.files:
+        found_metrics, problem = _read_metrics(root / path, path)
+        if found_metrics is None:
+            metrics = None
+            break
+        metrics = {**found_metrics, **(metrics or {})}
     if metrics is not None and mapping:
         # The report's name wins only where the user's key is there: a run without it stays without.
         metrics = {**metrics, **{name: v for name, key in mapping.items() if (v := lookup(metrics, key)) is not None}}
     found = find_provenance(root, expected.directory)
-    prov, _ = _read_json(found, found.relative_to(root).as_posix())
+    prov, _ = _read_metrics(found, found.relative_to(root).as_posix())
     if problem and source:
         problem += f" at {source}"
     return Run(expected, metrics, prov, read_curves(folder / CURVES_DIR) if metrics is not None else {}, problem, source)
 
 
-def _read_json(path: Path, shown: str) -> tuple[dict | None, str | None]:
+def _read_metrics(path: Path, shown: str) -> tuple[dict | None, str | None]:
+    """A metrics (or provenance) file read as DVC reads metrics: by its suffix, JSON, TOML or
+    Python, else YAML (DVC's own loaders, so a file `dvc metrics show` reads reads the same here)."""
+    from dvc.utils.serialize import LOADERS, ParseError
+
     try:
-        data = json.loads(path.read_text())
+        data = LOADERS[path.suffix.lower()](str(path))
     except FileNotFoundError:
         return None, f"no {shown}"
+    except ParseError as exc:
+        # DVC's message names the path relative to the current folder; its cause says where in the file.
+        cause = exc.__cause__
+        mark, what = getattr(cause, "problem_mark", None), getattr(cause, "problem", None)
+        said = f"{what} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None and what else str(cause or exc)
+        return None, f"{shown} is unreadable: {said}"
     except (OSError, ValueError) as exc:
         return None, f"{shown} is unreadable: {exc}"
     if not isinstance(data, dict):
-        return None, f"{shown} is not a JSON object"
+        return None, f"{shown} is not a mapping of metrics (it holds a {type(data).__name__})"
     return data, None
 
 

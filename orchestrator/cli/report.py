@@ -57,7 +57,7 @@ from orchestrator.cli.options import FiniteFloat, cluster_option, project_option
     "metric_map",
     multiple=True,
     metavar="NAME=KEY",
-    help="Read the report's metric NAME from your metrics.json's KEY (a dotted path into nested values works), "
+    help="Read the report's metric NAME from your metrics files' KEY (a dotted path into nested values works), "
     "e.g. samples_per_second=throughput. Repeatable. NAME: tokens_per_second, samples_per_second, mean_step_time_s, "
     "batch_size, global_batch_size, flops_per_token.",
 )
@@ -81,7 +81,8 @@ def report(
     (Slurm accounting, else sampled during the run, else an estimate, each marked)
     and emissions, with each run's hardware and software. Writes report.html (one
     file, no network needed), summary.md, report.json and DVC plots data into --out.
-    A run without metrics is listed as missing, never counted as 0.
+    A run without metrics is listed as missing, never counted as 0. A run is an item
+    of dvc.yaml with metrics files (its metrics: entries, any name, JSON, YAML or TOML).
 
     With --rev, the runs of each revision named (one matrix run on several clusters,
     each kept in its own commit or DVC experiment) are compared: one line per revision

@@ -56,6 +56,12 @@ class Item:
     wdir: str  # relative to the project root; "" for the root
     removable: tuple[str, ...] = ()  # outs without `persist: true`
     deps: tuple[str, ...] = ()  # as written (relative to wdir), params files included
+    metrics: tuple[str, ...] = ()  # its `metrics:` entries as written (relative to wdir); among outs too
+
+    @property
+    def metric_files(self) -> tuple[str, ...]:
+        """Its declared metrics files relative to the project root: what `dvc metrics show` and the report read."""
+        return _inside(self.metrics, self.wdir)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -282,6 +288,7 @@ def _item(name: str, data: Mapping[str, Any]) -> Item:
         wdir=str(data.get("wdir", "") or "").strip("./"),
         removable=tuple(path for path, flags in entries if not flags.get("persist")),
         deps=tuple(sys.intern(str(d)) for d in data.get("deps", ()) or ()) + _params_files(data.get("params", ())),
+        metrics=tuple(path for path, _ in _entries(data.get("metrics", ()))),
     )
 
 

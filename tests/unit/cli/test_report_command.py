@@ -10,7 +10,7 @@ import re
 
 import pytest
 import yaml
-from support import REPORT_DVC_YAML, fabricate, invoke, make_project
+from support import REPORT_DVC_YAML, fabricate, invoke, make_project, with_git
 
 
 def test_cli_writes_the_page_the_summary_and_dvc_plots(reported):
@@ -96,18 +96,53 @@ def test_a_metric_name_the_report_cannot_use_is_one_message_and_writes_nothing(t
     assert not (project / "reports").exists()
 
 
-def test_a_metrics_file_by_another_name_is_named_with_the_one_the_report_reads(tmp_path):
-    dvc_yaml = REPORT_DVC_YAML.replace("metrics.json", "scores.json")
-    assert dvc_yaml != REPORT_DVC_YAML
-    project = make_project(
-        tmp_path / "p",
-        dvc_yaml=dvc_yaml,
-        params_yaml=yaml.safe_dump({"benchmark": {"datasets": ["d"], "models": ["m"], "device_cfgs": [{"num_nodes": 1, "num_gpus": 1}]}}),
-    )
+# A project of its own, as Get started's: the metrics dvc.yaml declares, by a name of the user's, in YAML.
+SCORES_DVC_YAML = """\
+stages:
+  train:
+    matrix:
+      lr: ${train.lrs}
+    cmd: orchestrator run -- python train.py --lr ${item.lr}
+    metrics:
+      - out/${item.lr}/scores.yaml:
+          cache: false
+"""
+
+
+def _scores_project(tmp_path, dvc_yaml=SCORES_DVC_YAML):
+    params = {"orchestrator": {"cluster": "local"}, "train": {"lrs": [0.1, 0.2]}}
+    project = make_project(tmp_path / "p", dvc_yaml=dvc_yaml, params_yaml=yaml.safe_dump(params))
+    for lr, speed in (("0.1", 90.0), ("0.2", 80.0)):
+        (project / "out" / lr).mkdir(parents=True)
+        (project / "out" / lr / "scores.yaml").write_text(f"train:\n  throughput: {speed}\nworld_size: 1\nscore: {lr}\n")
+    return project
+
+
+def test_the_metrics_files_dvc_yaml_declares_are_read_whatever_their_name(tmp_path):
+    """Before: "no metrics.json among the outputs" for a stage whose metrics file is out/${item.lr}/scores.yaml."""
+    project = _scores_project(tmp_path)
+    unmapped = invoke("report", "--project", str(project), "--no-accounting")
+    assert unmapped.exit_code == 2 and "no run's scores.yaml has a throughput" in unmapped.output, unmapped.output
+    assert "train@0.1: its scores.yaml has score, train.throughput, world_size" in unmapped.output
+    # A commit's files (git keeps them: cache: false) and the workspace's as they are, in one report.
+    with_git(project, "the scores")
+    (project / "out/0.1/scores.yaml").write_text("{broken")
+    mapping = ("--metric", "samples_per_second=train.throughput")
+    done = invoke("report", "--project", str(project), "--no-accounting", "--rev", "HEAD", "--rev", "workspace", *mapping)
+    assert done.exit_code == 0 and "train [HEAD]: 2 run(s), 0 missing" in done.output, done.output
+    assert "train [workspace]: 1 run(s), 1 missing" in done.output
+    assert "missing: workspace:train@0.1 (out/0.1/scores.yaml is unreadable: " in done.output, done.output
+    rows = json.loads((project / "reports/report.json").read_text())
+    assert [rows[key]["throughput"] for key in ("HEAD:train@0.1", "HEAD:train@0.2", "workspace:train@0.2")] == [90.0, 80.0, 80.0]
+
+
+def test_metrics_written_as_plain_outputs_are_named_with_where_the_report_reads(tmp_path):
+    project = _scores_project(tmp_path, SCORES_DVC_YAML.replace("metrics:", "outs:"))
     done = invoke("report", "--project", str(project), "--no-accounting")
-    assert done.exit_code == 2 and "no metrics.json among the outputs" in done.output, done.output
-    assert "outputs that may be your metrics: results/benchmark/d/m/1x1/scores.json" in done.output
-    assert "name your metrics file metrics.json" in done.output
+    assert done.exit_code == 2 and "Traceback" not in done.output, done.output
+    assert "no metrics files declared by any stage" in done.output
+    assert "outputs that may be your metrics: out/0.1/scores.yaml, out/0.2/scores.yaml" in done.output
+    assert "declares under metrics: in dvc.yaml" in done.output
 
 
 def test_the_page_needs_no_network(reported):
