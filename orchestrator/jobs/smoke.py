@@ -21,7 +21,7 @@ from pathlib import Path
 
 from orchestrator.errors import OrchestratorError, PlanError
 from orchestrator.jobs import backends, smoke_verdicts
-from orchestrator.jobs.smoke_verdicts import Verdict
+from orchestrator.jobs.smoke_verdicts import SmokeVerdict
 from orchestrator.pipeline import stages
 from orchestrator.scripts import smoke
 from orchestrator.scripts.plan import Plan
@@ -90,7 +90,7 @@ def run(
     runner: Runner,
     say: Callable[[str], None] = print,
     clock: Clock | None = None,
-) -> list[Verdict]:
+) -> list[SmokeVerdict]:
     """Submit every smoke job, wait for them all and judge each; the verdicts, in the jobs' order."""
     clock = clock or Clock()
     ws, jobs = planned.ws, planned.jobs
@@ -106,7 +106,7 @@ def run(
     waiting = list(jobs)
     ids: dict[str, SmokeJob] = {}
     submitted_at: dict[str, float] = {}
-    verdicts: dict[str, Verdict] = {}
+    verdicts: dict[str, SmokeVerdict] = {}
     try:
         poller = Poller(Backoff.from_environment(2.0, 1.5, 15.0), clock=clock)
         while True:
@@ -138,7 +138,7 @@ def run(
     return sorted(verdicts.values(), key=lambda v: order[v.key])
 
 
-def line(v: Verdict) -> str:
+def line(v: SmokeVerdict) -> str:
     status = "passed" if v.passed else "FAILED"
     log = f"; log: {v.log}" if v.log and not v.passed else ""
     return f"{status}: {v.shape}: {v.message} (job {v.job_id}){log}"
@@ -175,7 +175,7 @@ def _write(root: Path, jobs: Sequence[SmokeJob]) -> None:
         files.make_dirs((root / job.plan.log).parent)
 
 
-def _judge(root: Path, job: SmokeJob, job_id: str, info: JobInfo | None, at: float) -> Verdict:
+def _judge(root: Path, job: SmokeJob, job_id: str, info: JobInfo | None, at: float) -> SmokeVerdict:
     ranks: dict[int, dict] = {}
     for path in Path(job.expect.results).glob("rank-*.json"):
         try:

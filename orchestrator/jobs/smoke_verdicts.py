@@ -22,7 +22,7 @@ VERDICTS_DIR = f"{SMOKE_DIR}/verdicts"
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SmokeVerdict:
     key: str
     shape: str  # its label
     item: str  # the item the smoke job was planned from
@@ -34,12 +34,12 @@ class Verdict:
     log: str = ""  # the job's log, relative to the project
 
 
-def judge(job: SmokeJob, job_id: str, info: JobInfo | None, ranks: Mapping[int, dict], log: str, at: float) -> Verdict:
+def judge(job: SmokeJob, job_id: str, info: JobInfo | None, ranks: Mapping[int, dict], log: str, at: float) -> SmokeVerdict:
     """The verdict on ``job`` from its ranks' results (rank -> rank-N.json) and what Slurm says of it."""
     world = job.expect.world_size
 
-    def verdict(passed: bool, message: str) -> Verdict:
-        return Verdict(job.shape.key, job.shape.label, job.item, job.digest, job_id, passed, at, message, log)
+    def verdict(passed: bool, message: str) -> SmokeVerdict:
+        return SmokeVerdict(job.shape.key, job.shape.label, job.item, job.digest, job_id, passed, at, message, log)
 
     failed = sorted((r, res) for r, res in ranks.items() if not res.get("ok"))
     if failed:
@@ -70,16 +70,16 @@ def _ranges(numbers: Sequence[int]) -> str:
     return shown + (f" (+{len(numbers) - 8} more)" if len(numbers) > 8 else "")
 
 
-def save(root: Path, verdict: Verdict) -> None:
+def save(root: Path, verdict: SmokeVerdict) -> None:
     files.write_if_changed(root / VERDICTS_DIR / f"{verdict.key}.json", json.dumps(asdict(verdict), indent=1) + "\n")
 
 
-def load(root: Path, key: str) -> Verdict | None:
+def load(root: Path, key: str) -> SmokeVerdict | None:
     """The shape's last verdict; None when there is none (or its file is not one: it is made again)."""
     path = root / VERDICTS_DIR / f"{key}.json"
     try:
         data = json.loads(path.read_text())
-        return Verdict(**data)
+        return SmokeVerdict(**data)
     except (OSError, ValueError, TypeError):
         return None
 

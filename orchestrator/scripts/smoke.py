@@ -65,7 +65,7 @@ class Shape:
 
 
 @dataclass(frozen=True)
-class Entry:
+class EntryPoint:
     """What the stage's command runs: a module (``python -m pkg.mod``), a script
     (``python train.py``), or neither (``kind`` none, ``name`` why it is not checked)."""
 
@@ -74,28 +74,28 @@ class Entry:
     python: str = "python3"  # the command's interpreter, which the probe runs with
 
 
-def entry_of(command: Sequence[str]) -> Entry:
+def entry_of(command: Sequence[str]) -> EntryPoint:
     """The entry of ``command`` as Python's own command line reads it."""
     if not command or not posixpath.basename(command[0]).startswith("python"):
         first = command[0] if command else ""
-        return Entry("none", f"the command runs {first!r}, not `python -m MODULE` or `python SCRIPT`")
+        return EntryPoint("none", f"the command runs {first!r}, not `python -m MODULE` or `python SCRIPT`")
     python, i = command[0], 1
     while i < len(command):
         arg = command[i]
         if arg == "-m" and i + 1 < len(command):
-            return Entry("module", command[i + 1], python)
+            return EntryPoint("module", command[i + 1], python)
         if arg.startswith("-m") and len(arg) > 2:
-            return Entry("module", arg[2:], python)
+            return EntryPoint("module", arg[2:], python)
         if arg in ("-c", "-"):
-            return Entry("none", f"the command runs `python {arg}`, which has no module or script to import", python)
+            return EntryPoint("none", f"the command runs `python {arg}`, which has no module or script to import", python)
         if arg in _PYTHON_FLAGS_WITH_VALUE:
             i += 2
             continue
         if arg.startswith("-"):
             i += 1
             continue
-        return Entry("script", arg, python)
-    return Entry("none", "the command starts an interactive python", python)
+        return EntryPoint("script", arg, python)
+    return EntryPoint("none", "the command starts an interactive python", python)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class Expect:
     backend: Literal["nccl", "gloo"]
     visible_gpus: int | None  # the GPUs a rank must see (0: hidden); None: not checked (stand-in GPUs)
     masks: tuple[str, ...]  # the CPU mask of each local rank (hex); (): the plan binds none
-    entry: Entry
+    entry: EntryPoint
     container: bool  # the rank runs inside the profile's container
     binds: tuple[str, ...]  # the container's bind specs, ${VAR} references unexpanded (the probe expands them)
     workspace: str
