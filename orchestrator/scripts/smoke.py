@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import posixpath
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -221,12 +220,3 @@ def _binds(loaded: LoadedProfile, job: stages.Job, workspace: str) -> tuple[str,
         found.append("${ORCH_WORKDIR}")
     return tuple(found)
 
-
-def results_dir(job: SmokeJob) -> str:
-    return job.expect.results
-
-
-def relative(path: str, root: str) -> str:
-    """``path`` relative to ``root`` where it is inside it (for messages)."""
-    rel = os.path.relpath(path, root)
-    return path if rel.startswith("..") else rel
