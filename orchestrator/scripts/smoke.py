@@ -219,4 +219,3 @@ def _binds(loaded: LoadedProfile, job: stages.Job, workspace: str) -> tuple[str,
     if p.storage.workdir_root:
         found.append("${ORCH_WORKDIR}")
     return tuple(found)
-
