@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "layout": ("layout:layout", "Rank the data x tensor x pipeline (x ZeRO) layouts of a model on GPUS GPUs."),
     "render": ("render:render", "Write the job script of every matrix item that calls `orchestrator run`."),
     "run": ("jobs:run", "Run one job: what a DVC stage's cmd calls for a matrix item."),
+    "smoke": ("smoke:smoke", "Smoke-test every job shape of TARGETS: one two-minute job each, on the debug queue."),
     "submit": ("jobs:submit", "Submit every stale orchestrated item at once and return (you may log out)."),
     "sweep": ("jobs:sweep", "Submit a grid search at once and return; its points become DVC experiments."),
     "exp": ("use:exp", "DVC experiments on a cluster, with its values."),
@@ -48,7 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # The commands by the workflow step they belong to, in --help's order.
 SECTIONS: dict[str, tuple[str, ...]] = {
     "Set up": ("init", "clusters", "use", "layout"),
-    "Run": ("render", "run", "submit", "sweep", "exp"),
+    "Run": ("render", "run", "smoke", "submit", "sweep", "exp"),
     "Follow": ("status", "logs", "show", "cancel"),
     "Results": ("record", "fetch", "report", "profile-diff"),
     "Images": ("container",),

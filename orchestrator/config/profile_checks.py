@@ -75,11 +75,15 @@ def problems(p: Profile) -> list[str]:
             found.append(f"scheduler.default_partition {s.default_partition!r} is not one of: {', '.join(s.partitions) or '(none)'}")
         if s.cpu_partition is not None and s.cpu_partition not in s.partitions:
             found.append(f"scheduler.cpu_partition {s.cpu_partition!r} is not one of: {', '.join(s.partitions) or '(none)'}")
+        if s.smoke_partition is not None and s.smoke_partition not in s.partitions:
+            found.append(f"scheduler.smoke_partition {s.smoke_partition!r} is not one of: {', '.join(s.partitions) or '(none)'}")
     else:
         if s.launcher != "local":
             found.append(f"scheduler.launcher: a profile without Slurm (kind: none) runs jobs locally; use 'local', not {s.launcher!r}")
         if s.cpu_partition is not None:
             found.append("scheduler.cpu_partition: a profile without Slurm (kind: none) has no partitions; leave it out")
+        if s.smoke_partition is not None:
+            found.append("scheduler.smoke_partition: a profile without Slurm (kind: none) has no partitions; leave it out")
     for what, value in (
         [("scheduler.default_time", s.default_time)]
         + [(f"scheduler.partitions.{k}.max_time", v.max_time) for k, v in s.partitions.items()]

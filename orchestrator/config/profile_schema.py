@@ -101,6 +101,10 @@ class Scheduler:
     # Where CPU jobs (`orchestrator run --cpus N`: corpus preparation, tokenising) run: a
     # partition without GPUs. None: the cluster has none here, and CPU jobs share the GPU nodes.
     cpu_partition: str | None = None
+    # Where `orchestrator smoke` sends its short jobs (one per job shape, two minutes each): the
+    # site's debug or development queue, which starts a small job within minutes. None: the
+    # partition each item's real job would get.
+    smoke_partition: str | None = None
     # A job Slurm will not start without someone acting (held, or pending for a reason
     # that never clears by itself) is reported at once; `orchestrator run` gives up
     # waiting for it after this long (the job stays queued: release or cancel it).

@@ -71,6 +71,8 @@ def submit(
         if followed(batch):
             say("every item of this submission has had its job: no further wave")
             return []
+    if since is None and (line := _smoke_tested(batch)):
+        say(line)
     started = now()
     (done,) = queue([batch], runner, started, say, waves=True)
     active = list(dict.fromkeys(commands.array_of(j.job_id) for j in done if j.state.active and not j.deferred))
@@ -87,6 +89,17 @@ def submit(
     )
     recorder = submit_recorder(batch.ws, backend, record, active, now, say)
     return [*done, *([recorder] if recorder else [])]
+
+
+def _smoke_tested(batch: Batch) -> str | None:
+    """Which shapes of the items about to be submitted passed `orchestrator smoke`, and when."""
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.jobs import smoke
+
+    try:
+        return smoke.summary_line(batch.ws, batch.plans)
+    except (OrchestratorError, ValueError):  # a hint only: it never stops a submission
+        return None
 
 
 def queue(
