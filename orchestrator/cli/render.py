@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     "do_check",
     is_flag=True,
     help="Check every plan and script (bash -n, shellcheck) and, on the cluster, the image file; exit non-zero on any problem. "
-    "Warns of files a staged command names but its stage does not declare.",
+    "A staged job (the profile's storage.workdir_root, params' orchestrator.stage_locally) must declare every project file "
+    "its command names or imports.",
 )
 @click.option("--no-shellcheck", is_flag=True, help="With --check: skip shellcheck.")
 @project_option
@@ -51,7 +52,7 @@ def render(
     Nothing is written unless every item could be planned (and, with --check,
     every script passed its checks).
     """
-    from orchestrator.scripts import cluster_checks, matrix
+    from orchestrator.scripts import cluster_checks, matrix, staged_deps
     from orchestrator.scripts.plan import safe_name
     from orchestrator.scripts.workspace import SCRIPTS_DIR
     from orchestrator.util.runner import SubprocessRunner
@@ -65,6 +66,7 @@ def render(
             raise _nothing_orchestrated(project, targets)
         found = cluster_checks.Findings()
         if do_check:
+            staged_deps.require(rendered.plans, rendered.profile.profile, f"cannot stage the jobs for cluster {rendered.profile.name!r}")
             found = cluster_checks.check(rendered.plans, rendered.profile, runner)
             for line in found.warnings:  # before the checks that may fail: they are worth seeing either way
                 click.secho(f"warning: {line}", err=True, fg="yellow")

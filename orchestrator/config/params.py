@@ -72,6 +72,12 @@ class Settings:
     # dependency paths, relative to the project, or folders above them. Set it per cluster
     # (clusters: NAME: orchestrator: read_in_place: [...]) where the shared storage is fast.
     read_in_place: tuple[str, ...] = ()
+    # On a profile without a scheduler (local): run each item from a copy of its stage's deps
+    # and outs in a temporary folder, copying its outs back, as a cluster that stages
+    # (storage.workdir_root) runs it; a file the stage does not declare then fails here, not
+    # after a queue wait. The folder: the profile's storage.workdir_root, else
+    # /tmp/orchestrator-${USER}/stage. No effect on a Slurm profile, whose storage.workdir_root decides.
+    stage_locally: bool = False
     # The cluster's login node for `--remote` (orchestrator.remote), in place of the profile's
     # login.host: an alias of your own ~/.ssh/config, or [user@]host.
     login_host: str | None = None

@@ -16,6 +16,7 @@ from pathlib import Path
 from orchestrator.config import params
 from orchestrator.errors import OrchestratorError, PipelineError, PlanError
 from orchestrator.pipeline import dvcfiles, fingerprint, invocation, stages
+from orchestrator.scripts import staged_deps
 from orchestrator.scripts.plan import Plan
 from orchestrator.scripts.workspace import Workspace
 from orchestrator.slurm.states import State
@@ -121,6 +122,7 @@ def stale(
     problems = [f"{n}: {p}" for n, plan in plans.items() for p in plan.problems]
     if problems:
         raise PlanError(f"cannot submit to {ws.cluster}", problems)
+    staged_deps.require(list(plans.values()), ws.profile.profile, f"cannot submit to {ws.cluster}")
     upstream = {name: _upstream(name, deps[name], order, outs) for name in order}
     position = {name: i for i, name in enumerate(ws.jobs)}  # dvc.yaml's order: an array's tasks follow its matrix
     return Batch(ws, sorted(order, key=position.__getitem__), plans, prints, outs, upstream, force, label)

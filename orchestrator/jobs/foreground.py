@@ -22,7 +22,7 @@ from orchestrator.errors import JobFailed, PipelineError, PlanError
 from orchestrator.jobs import backends, experiment, faults, ledger, provenance, together
 from orchestrator.jobs.submission import Submission, SubmitOutcome, attach_or_submit, bring_outputs
 from orchestrator.pipeline import dvcfiles, fingerprint, invocation, stages
-from orchestrator.scripts import render
+from orchestrator.scripts import render, staged_deps
 from orchestrator.scripts.matrix import write_script
 from orchestrator.scripts.plan import Form, Plan
 from orchestrator.scripts.workspace import Workspace
@@ -115,6 +115,7 @@ def run_item(
     plan = ws.plan(job, staged=item is not None)
     if plan.problems:
         raise PlanError(f"cannot run {ctx.item} on {ws.cluster}", plan.problems)
+    staged_deps.require([plan], ws.profile.profile, f"cannot run {ctx.item} on {ws.cluster}")
     text = render.render(plan)
     script = ws.script_path(plan)
     write_script(script, text)

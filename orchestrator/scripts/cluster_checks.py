@@ -1,28 +1,21 @@
 """What breaks only on the cluster: `render --check`'s look at the files its jobs will need there.
 
-The plan is pure, so it cannot look at files; these two checks do, after planning:
+The plan is pure, so it cannot look at files; this check does, after planning: the image
+file params name (``orchestrator.image: /project/p/team.sif``,
+:attr:`~orchestrator.config.params.Settings.image_file`). It often lives only on the cluster,
+and rendering for LUMI on a laptop must work, so it is looked for only where the profile's
+jobs run: this machine for a profile without a scheduler, a login node of the cluster whose
+``ClusterName`` the profile names for a Slurm one. There a missing file is a problem (every
+task would fail to start); anywhere else a note says it was not checked.
 
-- **The image file params name** (``orchestrator.image: /project/p/team.sif``,
-  :attr:`~orchestrator.config.params.Settings.image_file`). It often lives only on the cluster, and
-  rendering for LUMI on a laptop must work, so it is looked for only where the
-  profile's jobs run: this machine for a profile without a scheduler, a login node of
-  the cluster whose ``ClusterName`` the profile names for a Slurm one. There a missing
-  file is a problem (every task would fail to start); anywhere else a note says it was
-  not checked.
-- **Files a staged job's command names but its stage does not declare.** With staging
-  (a profile with ``storage.workdir_root``), the job runs from a copy of the stage's
-  deps and outs on fast storage, so ``python experiments/scripts/evaluate.py`` fails
-  there when ``experiments`` is not a dep, while it works here. Only words of the
-  command that are relative paths existing in the workspace are looked at. These are
-  warnings, never failures: a word can be a path by accident (a dataset named like a
-  folder), and what a program opens is not known from its arguments.
+Files a staged job needs and its stage does not declare are looked for by
+:mod:`~orchestrator.scripts.staged_deps`, which ``submit`` and ``run`` ask too.
 """
 
 from __future__ import annotations
 
 import os
-import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +38,7 @@ class Findings:
 
 def check(plans: Sequence[Plan], loaded: LoadedProfile, runner: Runner) -> Findings:
     problems, notes = image_files(plans, loaded.profile, runner)
-    return Findings(tuple(problems), tuple(placeholder_accounts(plans, loaded.profile) + undeclared(plans)), tuple(notes))
+    return Findings(tuple(problems), tuple(placeholder_accounts(plans, loaded.profile)), tuple(notes))
 
 
 def placeholder_accounts(plans: Sequence[Plan], p: Profile) -> list[str]:
@@ -124,71 +117,6 @@ def runs_here(p: Profile, runner: Runner) -> tuple[bool, str]:
     if actual != p.scheduler.cluster_name:
         return False, f"this is not a login node of {p.name} (Slurm's ClusterName here is {actual!r}, not {p.scheduler.cluster_name!r})"
     return True, ""
-
-
-# --- files the command names but the stage does not declare ---------------------------------------
-
-
-def undeclared(plans: Sequence[Plan]) -> list[str]:
-    """One warning per stage and file: a staged command's word that is a file or folder of the
-    workspace outside everything the job's copy holds."""
-    by_file: dict[tuple[str, str, str], list[str]] = {}
-    staged: dict[str, int] = {}  # items per stage
-    exists: dict[str, bool] = {}
-    covered: dict[tuple[str, tuple[str, ...]], bool] = {}
-    for plan in plans:
-        if plan.staging is None:
-            continue
-        stage = plan.item.split("@", 1)[0]
-        staged[stage] = staged.get(stage, 0) + 1
-        declared = plan.staging.inputs + plan.staging.in_place
-        wdir = plan.workdir[len(plan.workspace) :].strip("/")
-        for word in plan.command:
-            rel = _relative_path(word, wdir)
-            if rel is None:
-                continue
-            key = (rel, declared)
-            if key not in covered:
-                covered[key] = _covered(rel, declared)
-            if covered[key]:
-                continue
-            where = f"{plan.workspace}/{rel}"
-            if where not in exists:
-                exists[where] = Path(where).exists()
-            if exists[where]:
-                by_file.setdefault((stage, word, rel), []).append(plan.item)
-    profile = plans[0].profile if plans else ""
-    found = []
-    for (stage, word, rel), items in by_file.items():
-        who = f"stage {stage}" + (f" (all {len(items)} items)" if len(items) > 1 else "") if len(items) == staged[stage] else _who(items)
-        found.append(
-            f"{who}: the command names {word}, which is not among the stage's deps: on {profile} the job runs from a copy of "
-            f"its deps on fast storage (storage.workdir_root), where {rel} will be missing; add `- {posixpath.normpath(word)}` "
-            "(or a folder above it) to the stage's deps in dvc.yaml"
-        )
-    return found
-
-
-def _relative_path(word: str, wdir: str) -> str | None:
-    """``word`` as a path from the project's root, when it can be a relative path inside it."""
-    if not word or word.startswith(("-", "/", "~")) or "://" in word or any(ord(c) < 32 for c in word):
-        return None
-    rel = posixpath.normpath(posixpath.join(wdir, word))
-    if rel == "." or rel == ".." or rel.startswith("../"):
-        return None
-    return rel
-
-
-def _covered(rel: str, declared: Iterable[str]) -> bool:
-    """Whether the job's copy holds ``rel``: it is a declared path, inside one, or a folder
-    above one (then partly there: which of it the command reads is not known)."""
-    parts = rel.split("/")
-    for path in declared:
-        dep = posixpath.normpath(path).split("/")
-        n = min(len(dep), len(parts))
-        if dep[:n] == parts[:n]:
-            return True
-    return False
 
 
 def _who(items: list[str]) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -151,7 +151,7 @@ def make_plan(
     """The job for ``item``; ``inputs``/``outputs`` (relative to the workspace) are what
     staging copies (None: not known, so the job runs in the workspace itself).
     ``device``: the choice for the item's stage (None: made from this item alone)."""
-    p = loaded.profile
+    p = _staged_here(loaded.profile, settings)
     device = _device(job, item, loaded, settings, device)
     form = form or p.scheduler.launcher
     place = _placement(job, p, settings)
@@ -284,9 +284,24 @@ def _secret_problems(settings: Settings) -> list[str]:
     ]
 
 
+# Where params' orchestrator.stage_locally stages on a profile that names no storage.workdir_root:
+# per user (a /tmp folder one user made, others could not write into), outside the project,
+# so a path that climbs out of the copy (`../data`) fails as it fails on the cluster.
+LOCAL_STAGE_ROOT = "/tmp/orchestrator-${USER}/stage"
+
+
+def _staged_here(p: Profile, settings: Settings) -> Profile:
+    """``p``, with a working dir to stage into where params stage on this machine (stage_locally)."""
+    if not settings.stage_locally or p.uses_slurm or p.storage.workdir_root:
+        return p
+    return replace(p, storage=replace(p.storage, workdir_root=LOCAL_STAGE_ROOT, node_local=False))
+
+
 def _staging(form: Form, p: Profile, settings: Settings, inputs: tuple[str, ...] | None, outputs: tuple[str, ...]) -> Staging | None:
-    """What a batch job copies to the profile's fast storage (None: it runs in the workspace)."""
-    if not (form == "sbatch" and p.storage.workdir_root and inputs is not None):
+    """What a batch job (or, with stage_locally, a local one) copies to the profile's fast
+    storage (None: it runs in the workspace)."""
+    staged_form = form == "sbatch" or (form == "local" and settings.stage_locally)
+    if not (staged_form and p.storage.workdir_root and inputs is not None):
         return None
     # Outputs are staged in too (a requeued run resumes from its checkpoint there);
     # a path that is both a dep and an out is copied once.

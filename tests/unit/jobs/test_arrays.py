@@ -153,7 +153,7 @@ def test_items_of_other_shapes_or_other_upstream_jobs_are_not_one_array(tmp_path
         "after": {  # each waits for its own upstream task
             "matrix": {"i": [0, 1]},
             "cmd": "orchestrator run -- python3 work.py ${item.i}",
-            "deps": ["out/${item.i}"],
+            "deps": ["work.py", "out/${item.i}"],
             "outs": [{"after/${item.i}": {"persist": True}}],
         },
     }

@@ -1,5 +1,6 @@
 """Every shipped stage that runs a module of experiments/ declares, as DVC deps, every file of
-experiments/ that module imports (transitively). A job that stages its inputs on fast storage
+experiments/ that module imports (transitively), as `render --check` finds them for a staged job
+(orchestrator.scripts.staged_deps). A job that stages its inputs on fast storage
 copies its deps and nothing else, so an undeclared module is missing there ("No module named
 ..."); and a change to it would not make the stage stale."""
 
@@ -13,42 +14,16 @@ import pytest
 import yaml
 from support import ROOT
 
+from orchestrator.scripts import imports
+
 PACKAGE = "experiments"
 
 
-def module_file(name: str) -> Path | None:
-    base = ROOT / Path(*name.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-def imported(path: Path) -> set[str]:
-    """The experiments.* modules ``path`` imports anywhere (function bodies too: they run)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names |= {f"{node.module}.{alias.name}" for alias in node.names}  # `from pkg import module`
-    return {n for n in names if n.split(".")[0] == PACKAGE and module_file(n)}
-
-
 def closure(module: str) -> set[Path]:
-    files, todo, seen = set(), [module], set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        path = module_file(name)
-        if path is None:
-            continue
-        files.add(path)
-        todo += imported(path)
-    return files
+    """The project files ``python -m module`` imports, as the staging check finds them
+    (orchestrator.scripts.imports: the working directory first on sys.path)."""
+    found = imports.Imports(str(ROOT)).closure(imports.Program("module", module), [""])
+    return {ROOT / needed.path for needed in found}
 
 
 def stages() -> list[tuple[str, str, list[str]]]:
@@ -68,9 +43,10 @@ def test_the_shipped_pipeline_has_stages_running_experiments():
 @pytest.mark.parametrize(("stage", "module", "deps"), stages(), ids=[s[0] for s in stages()])
 def test_a_stage_declares_every_module_it_imports(stage, module, deps):
     declared = [ROOT / d for d in deps]
-    # A package's __init__.py left out of a staged copy makes that folder a namespace package,
-    # which imports the same (the next test keeps them free of code).
-    needed = {p for p in closure(module) if p.name != "__init__.py"}
+    # A package's __init__.py without code is not asked for: a staged copy without it imports
+    # the folder as a namespace package, the same (the next test keeps them free of code).
+    needed = closure(module)
+    assert needed, f"stage {stage} runs {module}, which imports nothing of the project: the closure was not found"
     missing = sorted(str(p.relative_to(ROOT)) for p in needed if not any(p == d or d in p.parents for d in declared))
     assert not missing, f"stage {stage} runs {module}, which imports {missing}: not in its deps"
 

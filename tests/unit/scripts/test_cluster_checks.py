@@ -1,5 +1,5 @@
 """`render --check`'s look at what breaks only on the cluster: the image file where the jobs
-run, and files a staged command names that its stage does not declare."""
+run, and the profile's example account (files a staged job lacks: test_staged_deps.py)."""
 
 from __future__ import annotations
 
@@ -24,69 +24,6 @@ def plan_for(workspace, *, cluster="lumi", image="lumi", inputs=(), outputs=(), 
     settings = params.Settings(account=kw.pop("account", "project_465001234"), image=image, **kw)
     spec = JobSpec(command=command, nodes=1, gpus_per_node=1)
     return make_plan(spec, item, wdir, loaded, settings, str(workspace), form, inputs=inputs, outputs=outputs)
-
-
-def files(root, *paths):
-    for path in paths:
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text("x")
-
-
-# --- files the command names ---------------------------------------------------------------
-
-
-def test_an_undeclared_script_is_a_warning_naming_it_and_the_dep_line(tmp_path):
-    files(tmp_path, SCRIPT)
-    (warning,) = cluster_checks.undeclared([plan_for(tmp_path)])
-    assert warning.startswith(f"stage bench: the command names {SCRIPT}, which is not among the stage's deps: on lumi")
-    assert f"add `- {SCRIPT}` (or a folder above it) to the stage's deps" in warning
-
-
-def test_the_warning_goes_when_the_file_or_a_folder_above_it_is_declared(tmp_path):
-    files(tmp_path, SCRIPT, "experiments/configs/eval.yaml")
-    assert len(cluster_checks.undeclared([plan_for(tmp_path)])) == 2
-    assert cluster_checks.undeclared([plan_for(tmp_path, inputs=("experiments",))]) == []
-    (left,) = cluster_checks.undeclared([plan_for(tmp_path, inputs=(SCRIPT,))])
-    assert "the command names experiments/configs/eval.yaml," in left
-    # A folder some deps are inside is partly in the copy: which part the command reads is not known.
-    assert cluster_checks.undeclared([plan_for(tmp_path, inputs=(SCRIPT, "experiments/configs/eval.yaml"))]) == []
-    # Outputs are staged in too; inputs read in place count as declared.
-    files(tmp_path, "data/out")
-    assert cluster_checks.undeclared([plan_for(tmp_path, inputs=("experiments",), outputs=("data/out",))]) == []
-    in_place = plan_for(tmp_path, inputs=("experiments",), outputs=("data/out",), read_in_place=("experiments",))
-    assert in_place.staging.in_place == ("experiments",) and cluster_checks.undeclared([in_place]) == []
-
-
-def test_only_words_that_are_existing_relative_paths_inside_the_project(tmp_path):
-    files(tmp_path / "project", "data/out")
-    (tmp_path / "outside.txt").write_text("x")
-    command = ("python", "-m", "experiments.classify", "--data", "missing/file", "/etc/hostname", "../outside.txt", ".", "--x=data/out")
-    assert cluster_checks.undeclared([plan_for(tmp_path / "project", command=command)]) == []
-
-
-def test_words_are_paths_from_the_stages_wdir(tmp_path):
-    files(tmp_path, "sub/train.py", "top.py")
-    plan = plan_for(tmp_path, wdir="sub", command=("python", "train.py", "../top.py"), inputs=("sub/train.py",))
-    (warning,) = cluster_checks.undeclared([plan])
-    assert "the command names ../top.py," in warning and "where top.py will be missing" in warning
-
-
-def test_only_staged_jobs_are_looked_at(tmp_path):
-    files(tmp_path, SCRIPT)
-    assert cluster_checks.undeclared([plan_for(tmp_path, form="srun")]) == []  # runs in the workspace itself
-    assert cluster_checks.undeclared([plan_for(tmp_path, inputs=None)]) == []  # an ad-hoc job: deps unknown
-    assert cluster_checks.undeclared([plan_for(tmp_path, cluster="local", image="none")]) == []  # no fast storage
-    assert cluster_checks.undeclared([plan_for(tmp_path, cluster="testbed", image="none")]) != []  # a Slurm with staging
-
-
-def test_one_warning_per_stage_and_file_naming_the_stage_or_its_items(tmp_path):
-    files(tmp_path, SCRIPT, "a.yaml")
-    plans = [plan_for(tmp_path, item=f"bench@{i}") for i in range(5)] + [plan_for(tmp_path, item="other@0")]
-    plans += [plan_for(tmp_path, item=f"third@{i}", command=("python", "a.yaml" if i == 2 else "b.yaml")) for i in range(3)]
-    first, second, third = cluster_checks.undeclared(plans)
-    assert first.startswith(f"stage bench (all 5 items): the command names {SCRIPT},")
-    assert second.startswith(f"stage other: the command names {SCRIPT},")
-    assert third.startswith("third@2: the command names a.yaml,")  # not every item of the stage names it
 
 
 # --- the image file --------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Golden scripts: one per cluster profile and script form, compared byte for byte, and a
-CPU job (`orchestrator run --cpus N`: a shard of corpus preparation) on lumi, testbed and local.
+"""Golden scripts: one per cluster profile and script form, compared byte for byte, a CPU job
+(`orchestrator run --cpus N`: a shard of corpus preparation) on lumi, testbed and local, and
+local's job staged as a cluster stages it (params' orchestrator.stage_locally).
 
 A template or plan change that alters a script fails here. If the change is
 intended, update the goldens and review their diff like code:
@@ -39,7 +40,7 @@ def cases():
 CPU_CASES = [("lumi", "sbatch", 16), ("testbed", "sbatch", 4), ("local", "local", 2)]
 
 
-def golden_plan(name, form):
+def golden_plan(name, form, **settings_kw):
     p = profile.load(name)
     nodes = 2 if p.profile.uses_slurm else 1
     devices = p.profile.node.gpus or p.profile.node.cores
@@ -49,7 +50,7 @@ def golden_plan(name, form):
         gpus_per_node=devices,
         binds=("/data/sets",) if p.profile.container.runtime else (),
     )
-    settings = params.Settings(account=ACCOUNTS.get(name), image="site" if p.profile.container.runtime else None)
+    settings = params.Settings(account=ACCOUNTS.get(name), image="site" if p.profile.container.runtime else None, **settings_kw)
     # The item's deps and outs: the sbatch form of a profile with fast storage stages them.
     inputs, outputs = ("experiments", "params.yaml"), ("results/a b/model", "results/a b/metrics.json")
     return make_plan(spec, "benchmark@pydoc-base-device_cfg4", "", p, settings, "/work/project", form, inputs=inputs, outputs=outputs)
@@ -77,6 +78,12 @@ def test_cpu_job_golden(name, form, cpus, update_goldens):
     compare(render.render(plan), GOLDEN / f"{name}.cpu.{form}.sh", update_goldens)
 
 
+def test_staged_locally_golden(update_goldens):
+    plan = golden_plan("local", "local", stage_locally=True)
+    assert plan.problems == () and plan.staging is not None
+    compare(render.render(plan), GOLDEN / "local.staged.local.sh", update_goldens)
+
+
 def compare(text, path, update_goldens):
     if update_goldens:
         path.parent.mkdir(exist_ok=True)
@@ -87,6 +94,7 @@ def compare(text, path, update_goldens):
 
 def test_no_stale_goldens():
     expected = {f"{name}.{form}.sh" for name, form in cases()} | {f"{name}.cpu.{form}.sh" for name, form, _ in CPU_CASES}
+    expected.add("local.staged.local.sh")
     assert {p.name for p in GOLDEN.glob("*.sh")} == expected
 
 

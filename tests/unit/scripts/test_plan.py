@@ -148,6 +148,31 @@ def test_staging_runs_the_job_from_a_copy_on_fast_storage():
     assert plan_for("local", inputs=inputs, outputs=outputs).staging is None
 
 
+def test_stage_locally_stages_a_local_job_as_a_cluster_stages_it():
+    import dataclasses
+
+    from orchestrator.scripts.plan import LOCAL_STAGE_ROOT
+
+    inputs, outputs = ("src", "params.yaml"), ("out/a",)
+    staged = params.Settings(stage_locally=True)
+    p = plan_for("local", inputs=inputs, outputs=outputs, settings=staged, wdir="sub")
+    assert p.staging is not None and p.staging.inputs == inputs + outputs and p.staging.outputs == outputs
+    assert p.run_dir == '"$ORCH_STAGE"/sub'
+    workdir = dict(p.env)["ORCH_WORKDIR"]
+    assert workdir.startswith('"/tmp/orchestrator-${USER}/stage"/stage@item.') and LOCAL_STAGE_ROOT == "/tmp/orchestrator-${USER}/stage"
+    # A profile's own storage.workdir_root is where it stages; an ad-hoc job is never staged.
+    local = profile.load("local")
+    own = dataclasses.replace(local.profile, storage=dataclasses.replace(local.profile.storage, workdir_root="/scratch/${USER}"))
+    spec = JobSpec(command=CMD)
+    mine = make_plan(spec, "s@i", "", dataclasses.replace(local, profile=own), staged, "/w", inputs=inputs, outputs=outputs)
+    assert dict(mine.env)["ORCH_WORKDIR"].startswith('"/scratch/${USER}"/s@i.')
+    assert plan_for("local", settings=staged).staging is None
+    # On Slurm the profile decides: the setting changes nothing there.
+    lumi_settings = dataclasses.replace(SETTINGS, stage_locally=True)
+    assert plan_for("lumi", inputs=inputs, outputs=outputs, settings=lumi_settings) == plan_for("lumi", inputs=inputs, outputs=outputs)
+    assert plan_for("testbed", inputs=inputs, form="srun", settings=lumi_settings).staging is None
+
+
 FRONTIER = params.Settings(account="abc123", image="site")
 
 
