@@ -34,7 +34,8 @@ from typing import Any
 
 from orchestrator.config.profile_checks import HOST_PATTERN
 from orchestrator.errors import ConfigError
-from orchestrator.slurm import times
+from orchestrator.slurm import requests, times
+from orchestrator.slurm.requests import Requests
 from orchestrator.util import yamlio
 
 PARAMS_FILE = "params.yaml"
@@ -75,6 +76,23 @@ class Settings:
     # The cluster's login node for `--remote` (orchestrator.remote), in place of the profile's
     # login.host: an alias of your own ~/.ssh/config, or [user@]host.
     login_host: str | None = None
+    # What every job asks Slurm for beyond its layout (a stage's `orchestrator run --mem ...`
+    # replaces it): memory per node (mem), per GPU (mem_per_gpu) or per CPU (mem_per_cpu), one
+    # of them, as Slurm sizes (64G, 500M); a QOS, a reservation, a constraint (node features,
+    # Slurm's expression); and sbatch options of your own, each --name or --name=value
+    # (--licenses=scratch:1), none of those the orchestrator sets itself.
+    mem: str | None = None
+    mem_per_gpu: str | None = None
+    mem_per_cpu: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    constraint: str | None = None
+    sbatch_options: tuple[str, ...] = ()
+
+    @property
+    def requests(self) -> Requests:
+        """The Slurm requests every job of the project makes (a stage's own replace them)."""
+        return Requests(self.mem, self.mem_per_gpu, self.mem_per_cpu, self.qos, self.reservation, self.constraint, self.sbatch_options)
 
     @property
     def image_file(self) -> str | None:
@@ -249,6 +267,8 @@ def from_data(data: Mapping[str, Any], source: str) -> Params:
             f"{source}: orchestrator.login_host is {settings.login_host!r}; give the login node as ssh takes it: "
             "[user@]host, or an alias of your ~/.ssh/config (no options, no spaces)"
         )
+    if found := requests.problems(settings.requests, lambda name: f"orchestrator.{name}"):
+        raise ConfigError(f"{source}: section 'orchestrator': Slurm requests that cannot be submitted", found)
     for path in settings.read_in_place:
         parts = Path(path).parts
         if not path or Path(path).is_absolute() or ".." in parts:
