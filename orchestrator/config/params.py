@@ -76,17 +76,18 @@ class Settings:
     # The cluster's login node for `--remote` (orchestrator.remote), in place of the profile's
     # login.host: an alias of your own ~/.ssh/config, or [user@]host.
     login_host: str | None = None
-    # What every job asks Slurm for beyond its layout (a stage's `orchestrator run --mem ...`
-    # replaces it): memory per node (mem), per GPU (mem_per_gpu) or per CPU (mem_per_cpu), one
-    # of them, as Slurm sizes (64G, 500M); a QOS, a reservation, a constraint (node features,
-    # Slurm's expression); and sbatch options of your own, each --name or --name=value
-    # (--licenses=scratch:1), none of those the orchestrator sets itself.
+    # Memory per node (sbatch --mem), a Slurm size (64G, 500M). This and the six keys below are
+    # what every job asks Slurm for beyond its layout, per cluster where it differs (clusters:
+    # NAME: orchestrator: ...); a stage's own (`orchestrator run --mem ...`) replace them, and
+    # they replace the partition's. Memory: one of mem, mem_per_gpu, mem_per_cpu, as in Slurm.
     mem: str | None = None
-    mem_per_gpu: str | None = None
-    mem_per_cpu: str | None = None
-    qos: str | None = None
-    reservation: str | None = None
-    constraint: str | None = None
+    mem_per_gpu: str | None = None  # memory per GPU (sbatch --mem-per-gpu), a Slurm size
+    mem_per_cpu: str | None = None  # memory per CPU (sbatch --mem-per-cpu), a Slurm size
+    qos: str | None = None  # the QOS of every job (sbatch --qos)
+    reservation: str | None = None  # the reservation every job runs in (sbatch --reservation)
+    constraint: str | None = None  # node features, Slurm's expression (sbatch --constraint: nvme, a&b, a|b)
+    # sbatch options of your own, each --name or --name=value (--licenses=scratch:1); none that the
+    # orchestrator sets itself (layout, memory, partition, account, QOS, time, log, array, dependency).
     sbatch_options: tuple[str, ...] = ()
 
     @property

@@ -77,7 +77,7 @@ def run_options(f):
             help="GPUs of the whole job, as Slurm's --gpus: spread evenly over the nodes (a count that does not divide is "
             "refused); one task runs per GPU. Not with --gpus-per-node or --cpus.",
         ),
-        # Slurm's -G, its --gpus. Its own option, not an alias of --gpus: in releases before 0.2 it
+        # Slurm's -G, its --gpus. Its own option, not an alias of --gpus: in earlier releases it
         # was --gpus-per-node, and a project written then (-N 2 -G 8: 16 GPUs) would silently get
         # half. On one node the two meanings agree; on more it is refused, naming both spellings.
         click.option(
@@ -86,7 +86,7 @@ def run_options(f):
             callback=_check_gpus,
             default=None,
             metavar="N",
-            help="Slurm's -G: as --gpus on one node. With -N above 1 refused (it meant GPUs per node before 0.2): "
+            help="Slurm's -G: as --gpus on one node. With -N above 1 refused (it meant GPUs per node in earlier releases): "
             "write --gpus (the job's) or --gpus-per-node.",
         ),
         click.option(
@@ -166,7 +166,7 @@ def _gpus_per_node(params: dict) -> int | None:
     if short is not None and nodes > 1:
         spread = f"{short // nodes} per node" if short % nodes == 0 else f"a multiple of {nodes} to spread evenly"
         raise click.UsageError(
-            f"-G {short} with -N {nodes}: Slurm reads -G as the GPUs of the whole job ({short} in all), while before 0.2 "
+            f"-G {short} with -N {nodes}: Slurm reads -G as the GPUs of the whole job ({short} in all), while earlier releases of "
             f"`orchestrator run` read it per node ({short * nodes} in all); write which you mean: --gpus {short} (the job's, "
             f"{spread}) or --gpus-per-node {short}"
         )

@@ -95,9 +95,9 @@ class Requests:
     mem: str | None = None  # --mem: memory per node
     mem_per_gpu: str | None = None  # --mem-per-gpu
     mem_per_cpu: str | None = None  # --mem-per-cpu
-    qos: str | None = None
-    reservation: str | None = None
-    constraint: str | None = None  # node features, Slurm's expression (a&b, a|b)
+    qos: str | None = None  # --qos
+    reservation: str | None = None  # --reservation
+    constraint: str | None = None  # --constraint: node features, Slurm's expression (a&b, a|b)
     sbatch_options: tuple[str, ...] = ()  # --name[=value], passed through as directives
 
     @property
@@ -181,10 +181,11 @@ def option_problem(options: Iterable[str], where: str) -> str | None:
             "letters, digits and ._@%:/+,- in the value)"
         )
     if refused:
+        it = "it" if len(refused) == 1 else "them"
         shown = [_refused(o, owner) for o, owner in refused]
         parts.append(
             f"{', '.join(shown)}: the orchestrator sets {'this' if len(refused) == 1 else 'these'} itself (the job's layout, "
-            "partition, account, time, log, array and dependencies); leave it out, or give it with `orchestrator run`'s own option"
+            f"partition, account, time, log, array and dependencies); leave {it} out, or give {it} with `orchestrator run`'s own option"
         )
     return f"{where}: {'; '.join(parts)}" if parts else None
 

@@ -33,7 +33,7 @@ def test_gpus_is_slurms_gpus_of_the_whole_job_spread_over_the_nodes(args, per_no
         # A Slurm user's -N 2 -G 8 (8 in all) and a project written when -G was per node (16): never silently either.
         (
             ["-N", "2", "-G", "8"],
-            "-G 8 with -N 2: Slurm reads -G as the GPUs of the whole job (8 in all), while before 0.2 `orchestrator run` read it "
+            "-G 8 with -N 2: Slurm reads -G as the GPUs of the whole job (8 in all), while earlier releases of `orchestrator run` read it "
             "per node (16 in all); write which you mean: --gpus 8 (the job's, 4 per node) or --gpus-per-node 8",
         ),
         (["-N", "2", "-G", "3"], "--gpus 3 (the job's, a multiple of 2 to spread evenly) or --gpus-per-node 3"),
