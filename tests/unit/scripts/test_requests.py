@@ -144,3 +144,20 @@ def test_warnings_are_grouped_one_line_per_kind():
     assert len(lines) == 2
     assert lines[0].startswith("train@0, train@1, train@2 (+47 more): billed for 4 GPUs")
     assert lines[1].startswith("mid@0: billed for 4 GPUs (a whole node of booster: 48 core-hours/h), uses 2")
+
+
+def test_render_shows_the_requests_and_warns_of_waste_with_exit_status_0(tmp_path, monkeypatch):
+    import yaml
+    from support import invoke, make_project
+
+    cmd = "orchestrator run --gpus-per-node ${item.g} --mem 100G --no-container --sbatch-option=--mail-type=END -- python t.py"
+    stages = {"train": {"matrix": {"g": [1, 4]}, "cmd": cmd}}
+    settings = {"orchestrator": {"account": "exalab", "qos": "normal"}}
+    project = make_project(tmp_path / "p", dvc_yaml=yaml.safe_dump({"stages": stages}), params_yaml=yaml.safe_dump(settings))
+    monkeypatch.chdir(project)
+    done = invoke("render", "--cluster", "juwels-booster", "-o", str(tmp_path / "out"))
+    assert done.exit_code == 0, done.output
+    assert "requests" in done.stdout and "mem=100G qos=normal --mail-type=END" in done.stdout
+    assert "warning: train@1: billed for 4 GPUs (a whole node of booster: 48 core-hours/h), uses 1" in done.stderr
+    assert "train@4" not in done.stderr
+    assert "#SBATCH --mem=100G\n" in (tmp_path / "out" / "train@1.sbatch").read_text()
