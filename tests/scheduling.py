@@ -52,7 +52,8 @@ TESTBED_GROUPS = {
         {
             "test_arrays_testbed.py", "test_faults_testbed.py", "test_stuck_testbed.py", "test_testbed_cluster.py",
             "test_secrets.py", "test_energy_accounting.py", "test_executor_on_slurm.py", "test_record_testbed.py",
-            "test_cluster_switch_testbed.py", "test_remote_container_build.py", "test_fresh_project_testbed.py", "test_smoke_testbed.py",
+            "test_cluster_switch_testbed.py", "test_remote_container_build.py", "test_fresh_project_testbed.py",
+            "test_requests_testbed.py", "test_smoke_testbed.py",
         }
     ),
     "slurm-4": frozenset(

@@ -7,7 +7,7 @@ The grammar (tests/unit/cli/test_cli_grammar.py walks the click tree to hold it)
   forms than a table and JSON (``layout --format markdown``, ``clusters show --format yaml``).
 - Defaults: click's ``show_default`` (a value, or a string saying where it comes from), never "(default: x)" in a help text.
 - ``--cluster`` (no short flag) wherever a profile is resolved or a login node reached (with ``--remote``).
-- Short flags mean one thing across the commands, and ``run``'s are Slurm's (-c, -N, -G, -t, -p, -A).
+- Short flags mean one thing across the commands, and ``run``'s are Slurm's (-c, -N, -G, -t, -p, -A, -q, -C).
 - An old spelling stays one release as a hidden alias that says the new one on stderr, then acts as it
   (``old_spelling``, ``deprecated_short``; old command names in ``orchestrator.cli.RENAMED``).
 """

@@ -52,7 +52,7 @@ def render(
     Nothing is written unless every item could be planned (and, with --check,
     every script passed its checks).
     """
-    from orchestrator.scripts import cluster_checks, matrix, staged_deps
+    from orchestrator.scripts import cluster_checks, costs, matrix, staged_deps
     from orchestrator.scripts.plan import safe_name
     from orchestrator.scripts.workspace import SCRIPTS_DIR
     from orchestrator.util.runner import SubprocessRunner
@@ -79,6 +79,8 @@ def render(
         except OSError as exc:
             raise _folder_error(exc, out_dir, "--out" if out is not None else "the scripts folder") from None
     summary(rendered.plans)
+    for line in costs.warnings(rendered.plans):  # a warning, not a problem: the scripts are written
+        click.secho(f"warning: {line}", err=True, fg="yellow")
     if (unswitched := _preview_only(project, cluster)) is not None:
         click.secho(f"warning: {unswitched}", err=True, fg="yellow")
     for group, device in sorted(rendered.devices.items()):
@@ -177,10 +179,12 @@ def summary(plans, limit: int = 40) -> None:
     """A row per item for small matrices; per layout for big ones (a table of
     thousands of rows helps no one and costs half a second)."""
     billed = any(p.billed for p in plans)  # the site's units an hour, where the profile states its billing
-    columns = ("nodes x tasks", "on", "partition", "time") + (("billed",) if billed else ())
+    asked = any(p.requests.shown() != "-" for p in plans)  # memory, QOS, ... of the stage's or the project's
+    columns = ("nodes x tasks", "on", "partition", "time") + (("billed",) if billed else ()) + (("requests",) if asked else ())
 
     def row(p) -> tuple[str, ...]:
-        return (f"{p.nodes}x{p.tasks_per_node}", p.accelerator, p.partition or "-", p.time or "-") + ((p.billed or "-",) if billed else ())
+        cells = (f"{p.nodes}x{p.tasks_per_node}", p.accelerator, p.partition or "-", p.time or "-")
+        return cells + ((p.billed or "-",) if billed else ()) + ((p.requests.shown(),) if asked else ())
 
     if len(plans) <= limit:
         table(("item", *columns), [(p.item, *row(p)) for p in plans])

@@ -34,7 +34,8 @@ from typing import Any
 
 from orchestrator.config.profile_checks import HOST_PATTERN
 from orchestrator.errors import ConfigError
-from orchestrator.slurm import times
+from orchestrator.slurm import requests, times
+from orchestrator.slurm.requests import Requests
 from orchestrator.util import yamlio
 
 PARAMS_FILE = "params.yaml"
@@ -81,6 +82,24 @@ class Settings:
     # The cluster's login node for `--remote` (orchestrator.remote), in place of the profile's
     # login.host: an alias of your own ~/.ssh/config, or [user@]host.
     login_host: str | None = None
+    # Memory per node (sbatch --mem), a Slurm size (64G, 500M). This and the six keys below are
+    # what every job asks Slurm for beyond its layout, per cluster where it differs (clusters:
+    # NAME: orchestrator: ...); a stage's own (`orchestrator run --mem ...`) replace them, and
+    # they replace the partition's. Memory: one of mem, mem_per_gpu, mem_per_cpu, as in Slurm.
+    mem: str | None = None
+    mem_per_gpu: str | None = None  # memory per GPU (sbatch --mem-per-gpu), a Slurm size
+    mem_per_cpu: str | None = None  # memory per CPU (sbatch --mem-per-cpu), a Slurm size
+    qos: str | None = None  # the QOS of every job (sbatch --qos)
+    reservation: str | None = None  # the reservation every job runs in (sbatch --reservation)
+    constraint: str | None = None  # node features, Slurm's expression (sbatch --constraint: nvme, a&b, a|b)
+    # sbatch options of your own, each --name or --name=value (--licenses=scratch:1); none that the
+    # orchestrator sets itself (layout, memory, partition, account, QOS, time, log, array, dependency).
+    sbatch_options: tuple[str, ...] = ()
+
+    @property
+    def requests(self) -> Requests:
+        """The Slurm requests every job of the project makes (a stage's own replace them)."""
+        return Requests(self.mem, self.mem_per_gpu, self.mem_per_cpu, self.qos, self.reservation, self.constraint, self.sbatch_options)
 
     @property
     def image_file(self) -> str | None:
@@ -255,6 +274,8 @@ def from_data(data: Mapping[str, Any], source: str) -> Params:
             f"{source}: orchestrator.login_host is {settings.login_host!r}; give the login node as ssh takes it: "
             "[user@]host, or an alias of your ~/.ssh/config (no options, no spaces)"
         )
+    if found := requests.problems(settings.requests, lambda name: f"orchestrator.{name}"):
+        raise ConfigError(f"{source}: section 'orchestrator': Slurm requests that cannot be submitted", found)
     for path in settings.read_in_place:
         parts = Path(path).parts
         if not path or Path(path).is_absolute() or ".." in parts:

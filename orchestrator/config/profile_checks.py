@@ -11,34 +11,15 @@ import re
 
 from orchestrator.config import binding
 from orchestrator.config.profile_schema import LOGIN_ROOT_VARIABLES, REQUEUE_SIGNAL, Billing, Login, Node, Partition, Profile
-from orchestrator.slurm import times
+from orchestrator.slurm import requests, times
 from orchestrator.util import patterns
 
-# The options the orchestrator sets itself, in the script (the plan) or on sbatch's command
-# line: a profile's extra_options may not set them a second time. --error would take the job's
-# stderr away from the log that status, logs and a failed run show.
-PLANNED_OPTIONS = frozenset(
-    "job-name account partition qos constraint time nodes ntasks-per-node gpus-per-node cpus-per-task exclusive "
-    "signal requeue open-mode output error chdir dependency array mem mem-per-gpu".split()
-)
-# sbatch's one-letter forms of those, which it reads as the same options.
-_SHORT_OPTIONS = {
-    "J": "job-name", "A": "account", "p": "partition", "q": "qos", "C": "constraint", "t": "time", "N": "nodes",
-    "c": "cpus-per-task", "o": "output", "e": "error", "D": "chdir", "d": "dependency", "a": "array",
-}  # fmt: skip
-# sbatch options in their own right that are also the start of a planned one (sbatch takes any
-# unambiguous start of a long option as the option: --err is --error).
-_OWN_OPTIONS = frozenset({"gpus", "ntasks"})
-_OPTION = re.compile(r"--([a-z][a-z-]*)(=[A-Za-z0-9._@%:/+,-]+)?")
-
-
-def _planned(name: str) -> str | None:
-    """The planned option(s) that ``--name`` may set: itself, or those it is the start of."""
-    if name in PLANNED_OPTIONS:
-        return name
-    if name in _OWN_OPTIONS:
-        return None
-    return " or --".join(o for o in sorted(PLANNED_OPTIONS) if o.startswith(name)) or None
+# The options the orchestrator sets itself (slurm.requests): a profile's extra_options may not set
+# them a second time.
+PLANNED_OPTIONS = requests.PLANNED_OPTIONS
+_SHORT_OPTIONS = {short: long for short, long in requests.SHORT_OPTIONS.items() if long in PLANNED_OPTIONS}
+_OPTION = requests.OPTION
+_planned = requests.planned
 
 
 def extra_option_problem(option: str) -> str | None:
@@ -132,17 +113,8 @@ def problems(p: Profile) -> list[str]:
     return found
 
 
-# A Slurm memory size: a whole number with an optional unit (Slurm's default unit is M).
-_MEMORY = re.compile(r"([1-9][0-9]{0,8})([KMGT]?)")
-_MEMORY_GB = {"K": 1 / 1024**2, "M": 1 / 1024, "": 1 / 1024, "G": 1, "T": 1024}
-
-
-def memory_gb(size: str) -> float:
-    """A size as Slurm reads it (``60G``, ``491520M``, ``491520``: megabytes), in GiB."""
-    m = _MEMORY.fullmatch(size)
-    if m is None:
-        raise ValueError(size)
-    return int(m.group(1)) * _MEMORY_GB[m.group(2)]
+_MEMORY = requests.MEMORY
+memory_gb = requests.memory_gb
 
 
 def _memory_problems(key: str, part: Partition, n: Node) -> list[str]:

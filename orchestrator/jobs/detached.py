@@ -34,7 +34,7 @@ from orchestrator.jobs.batch import Batch, ItemJob, levels, stale, unplannable
 from orchestrator.jobs.recorder import RECORD_ITEM, RecordingJob, submit_recorder
 from orchestrator.jobs.waves import deferred as waves_left
 from orchestrator.jobs.waves import ended_since, followed, followed_in
-from orchestrator.scripts import render
+from orchestrator.scripts import costs, render
 from orchestrator.scripts.matrix import write_script
 from orchestrator.slurm import commands
 from orchestrator.slurm import config as slurm_config
@@ -65,14 +65,17 @@ def submit(
     batch = stale(root, cluster, runner, targets, force, mend=say)  # an earlier submit or repro may have been killed mid-write
     if found := unplannable(batch.ws, targets):
         raise PlanError(f"cannot submit to {batch.ws.cluster}: nothing was submitted", [f"{who}: {why}" for who, why in found])
+    if since is None:  # a later wave's were said by the first
+        for line in costs.warnings(batch.plans[name] for name in batch.order):
+            say(f"warning: {line}")
     backend = backends.SbatchBackend(root, runner, batch.ws.profile.profile.scheduler.cluster_name)
     if since is not None:
         (batch,) = ended_since([batch], backend, since, say)
         if followed(batch):
             say("every item of this submission has had its job: no further wave")
             return []
-    if since is None and (line := _smoke_tested(batch)):
-        say(line)
+    if since is None and (tested := _smoke_tested(batch)):
+        say(tested)
     started = now()
     (done,) = queue([batch], runner, started, say, waves=True)
     active = list(dict.fromkeys(commands.array_of(j.job_id) for j in done if j.state.active and not j.deferred))

@@ -30,7 +30,7 @@ def choose(named: str | None, p: Profile, nodes: int, gpus_per_node: int, time: 
     """The partition of a GPU job of ``nodes`` x ``gpus_per_node`` for ``time`` (see the module)."""
     billing = p.site.billing
     default = p.scheduler.default_partition
-    offers = _fitting(p, nodes, time)
+    offers = fitting(p, nodes, time)
     priced = {name: cost for name, part in offers.items() if (cost := _hourly(billing, part, nodes, gpus_per_node)) is not None}
     if named is not None:
         mine = p.scheduler.partitions.get(named)
@@ -51,7 +51,7 @@ def choose(named: str | None, p: Profile, nodes: int, gpus_per_node: int, time: 
     return Choice(best, units(priced[best], billing))
 
 
-def _fitting(p: Profile, nodes: int, time: str) -> dict[str, Partition]:
+def fitting(p: Profile, nodes: int, time: str) -> dict[str, Partition]:
     """The GPU partitions the plan may pick for this shape and time: the profile's node (not
     another node type's, such as LUMI-C's under LUMI-G), enough nodes and time, not kept for CPU work."""
     try:

@@ -25,10 +25,10 @@ from orchestrator.config import binding
 from orchestrator.config.params import Settings
 from orchestrator.config.profile_schema import LEAKED_CONTAINER_VARS, LoadedProfile, Partition, Profile
 from orchestrator.pipeline.runargs import JobSpec
-from orchestrator.scripts import devices, partitions, quoting
+from orchestrator.scripts import costs, devices, partitions, quoting
 from orchestrator.scripts.container_exec import ContainerExec, container_exec
 from orchestrator.scripts.devices import Accelerator, Devices
-from orchestrator.scripts.directives import scheduler_args, step_args
+from orchestrator.scripts.directives import request_problems, scheduler_args, step_args
 from orchestrator.scripts.interned import shared
 from orchestrator.scripts.job_environment import compile_caches, environment
 from orchestrator.scripts.plan_checks import (
@@ -41,6 +41,7 @@ from orchestrator.scripts.plan_checks import (
     slurm_problems,
 )
 from orchestrator.scripts.quoting import Shell, quote
+from orchestrator.slurm.requests import Requests
 from orchestrator.util import patterns
 
 Form = Literal["sbatch", "srun", "local"]
@@ -97,6 +98,12 @@ class Plan:
     problems: tuple[str, ...]
     notes: tuple[str, ...] = ()  # what `render` should say about a job that is fine but costly
     billed: str | None = None  # what an hour of the job costs on its partition, in the site's units (profile's site.billing)
+    # Memory, QOS, reservation, constraint and sbatch options asked for: the stage's over params.yaml's
+    # (in scheduler_args as directives; `render`'s table shows them).
+    requests: Requests = Requests()
+    # What the job is billed for and does not use, with the shapes that would not waste (scripts.costs);
+    # `render` and `submit` warn of it. None: nothing known to be wasted.
+    waste: str | None = None
 
     @property
     def command_line(self) -> Shell:
@@ -164,7 +171,8 @@ def make_plan(
     workdir = f"{workspace}/{wdir}" if wdir else workspace
     whole_node = bool(place.partition and place.partition.whole_node)
     cpus_per_task = job.cpus if job.cpus is not None else (min((len(c) for c in bound.cores), default=0) if bound else 0)
-    sched = _directives(job, p, place, form, name, log, cpus_per_task, problems)
+    asked = job.requests.over(settings.requests) if p.uses_slurm else Requests()
+    sched = _directives(job, p, place, form, name, log, cpus_per_task, asked, problems)
     problems += _secret_problems(settings)
     if inputs is not None:  # a dvc.yaml item (not an ad-hoc job): its deps must name the image
         problems += image_problems(p, job, settings)
@@ -174,6 +182,7 @@ def make_plan(
         env += (shared(("ORCH_STAGE", Shell('"$ORCH_WORKDIR/work"'))),)
     run_dir = _run_dir(staging, wdir, workdir)
     container = container_exec(p, job, workspace, run_dir, problems, settings.image_file) if job.container and p.container.runtime else None
+    waste = costs.waste(p, job.nodes, place.tasks, place.partition_name, place.partition, place.time) if place.chosen else None
     return Plan(
         item=item,
         profile=p.name,
@@ -206,8 +215,10 @@ def make_plan(
         command=job.command,
         binding=shared(bound if whole_node else None),
         problems=tuple(problems),
-        notes=_notes(job, p, settings, inputs, place),
+        notes=_notes(job, p, settings, inputs, place, waste),
         billed=place.chosen.billed if place.chosen else cpu_job_billed(job, p, place.partition_name, place.partition),
+        requests=asked,
+        waste=waste,
     )
 
 
@@ -264,16 +275,28 @@ def _binding(job: JobSpec, p: Profile, place: _Placement, problems: list[str]) -
 
 
 def _directives(
-    job: JobSpec, p: Profile, place: _Placement, form: Form, name: str, log: str, cpus_per_task: int, problems: list[str]
+    job: JobSpec,
+    p: Profile,
+    place: _Placement,
+    form: Form,
+    name: str,
+    log: str,
+    cpus_per_task: int,
+    asked: Requests,
+    problems: list[str],
 ) -> tuple[str, ...]:
-    """The ``#SBATCH`` directives (none without Slurm); one a directive cannot carry added to ``problems``."""
+    """The ``#SBATCH`` directives (none without Slurm); one a directive cannot carry, and
+    requests that contradict the partition or the node, added to ``problems``."""
     if not p.uses_slurm:
         return ()
     gpus = place.tasks if p.node.gpus and job.cpus is None else 0
     layout = (place.tasks, gpus, cpus_per_task)
-    sched = scheduler_args(name, place.account, place.partition_name, place.partition, place.time, job, p, layout, form, log)
+    sched = scheduler_args(name, place.account, place.partition_name, place.partition, place.time, job, p, layout, form, log, asked)
+    problems += request_problems(asked, place.partition_name, place.partition, gpus, p)
     for arg in sched:
-        if not patterns.DIRECTIVE_SAFE.fullmatch(arg):
+        # A constraint's & | [ ] * are Slurm's operators: no shell reads a directive, and srun's are quoted.
+        safe = patterns.CONSTRAINT_SAFE if arg.startswith("--constraint=") else patterns.DIRECTIVE_SAFE
+        if not safe.fullmatch(arg):
             problems.append(f"{arg!r} has characters a Slurm directive cannot carry (allowed: letters, digits and ._@%:/+=,-)")
     return sched
 
@@ -317,8 +340,11 @@ def _run_dir(staging: Staging | None, wdir: str, workdir: str) -> Shell:
     return shared(Shell('"$ORCH_STAGE"') if staging else quote(workdir))
 
 
-def _notes(job: JobSpec, p: Profile, settings: Settings, inputs: tuple[str, ...] | None, place: _Placement) -> tuple[str, ...]:
-    chosen = (place.chosen.note,) if place.chosen and place.chosen.note else ()
+def _notes(
+    job: JobSpec, p: Profile, settings: Settings, inputs: tuple[str, ...] | None, place: _Placement, waste: str | None
+) -> tuple[str, ...]:
+    # A named partition that bills more than another: the cost warning says it too, with the figures.
+    chosen = (place.chosen.note,) if place.chosen and place.chosen.note and not waste else ()
     return tuple(cpu_job_notes(job, p, place.partition_name, place.partition)) + image_notes(p, job, settings, inputs) + chosen
 
 

@@ -17,6 +17,8 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A value that may stand unquoted in an ``#SBATCH`` directive, which no shell
 # ever parses, so it cannot be quoted there (use with fullmatch).
 DIRECTIVE_SAFE = re.compile(r"[A-Za-z0-9._@%:/+=,-]+")
+# A constraint directive: also Slurm's operators & | [ ] * (sbatch reads a directive, never a shell).
+CONSTRAINT_SAFE = re.compile(r"[A-Za-z0-9._@%:/+=,&|\[\]*-]+")
 
 
 def runtime_problems(value: str) -> list[str]:

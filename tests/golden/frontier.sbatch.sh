@@ -2,15 +2,18 @@
 #SBATCH --job-name=benchmark@pydoc-base-device_cfg4
 #SBATCH --account=abc123
 #SBATCH --partition=batch
+#SBATCH --constraint=nvme
 #SBATCH --time=01:00:00
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=7
+#SBATCH --mem-per-cpu=2G
 #SBATCH --exclusive
 #SBATCH --signal=USR1@90
 #SBATCH --requeue
 #SBATCH --network=disable_rdzv_get
+#SBATCH --licenses=scratch:1
 #SBATCH --open-mode=append
 #SBATCH --output=.orchestrator/logs/benchmark@pydoc-base-device_cfg4-%j.log
 # Values are single-quoted on purpose: a '$' in them must never expand (SC2016);

@@ -86,14 +86,17 @@ for attempt in $(seq 0 3); do
     --job-name=benchmark@pydoc-base-device_cfg4 \
     --account=abc123 \
     --partition=batch \
+    --constraint=nvme \
     --time=01:00:00 \
     --nodes=2 \
     --ntasks-per-node=8 \
     --gpus-per-node=8 \
     --cpus-per-task=7 \
+    --mem-per-cpu=2G \
     --exclusive \
     --signal=USR1@90 \
     --network=disable_rdzv_get \
+    --licenses=scratch:1 \
     --open-mode=append \
     --output=.orchestrator/logs/benchmark@pydoc-base-device_cfg4-%j.log \
     --kill-on-bad-exit=1 \

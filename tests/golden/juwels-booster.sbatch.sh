@@ -2,14 +2,17 @@
 #SBATCH --job-name=benchmark@pydoc-base-device_cfg4
 #SBATCH --account=exalab
 #SBATCH --partition=booster
+#SBATCH --qos=normal
 #SBATCH --time=01:00:00
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
 #SBATCH --gpus-per-node=4
 #SBATCH --cpus-per-task=6
+#SBATCH --mem=400G
 #SBATCH --exclusive
 #SBATCH --signal=USR1@90
 #SBATCH --requeue
+#SBATCH --mail-type=FAIL
 #SBATCH --open-mode=append
 #SBATCH --output=.orchestrator/logs/benchmark@pydoc-base-device_cfg4-%j.log
 # Values are single-quoted on purpose: a '$' in them must never expand (SC2016);

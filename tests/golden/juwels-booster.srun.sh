@@ -71,13 +71,16 @@ for attempt in $(seq 0 3); do
     --job-name=benchmark@pydoc-base-device_cfg4 \
     --account=exalab \
     --partition=booster \
+    --qos=normal \
     --time=01:00:00 \
     --nodes=2 \
     --ntasks-per-node=4 \
     --gpus-per-node=4 \
     --cpus-per-task=6 \
+    --mem=400G \
     --exclusive \
     --signal=USR1@90 \
+    --mail-type=FAIL \
     --open-mode=append \
     --output=.orchestrator/logs/benchmark@pydoc-base-device_cfg4-%j.log \
     --kill-on-bad-exit=1 \

@@ -2,15 +2,17 @@
 #SBATCH --job-name=benchmark@pydoc-base-device_cfg4
 #SBATCH --account=project_465000858
 #SBATCH --partition=standard-g
+#SBATCH --reservation=lumi_course
 #SBATCH --time=01:00:00
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=8
 #SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=7
-#SBATCH --mem=480G
+#SBATCH --mem=400G
 #SBATCH --exclusive
 #SBATCH --signal=USR1@90
 #SBATCH --requeue
+#SBATCH --mail-type=END
 #SBATCH --open-mode=append
 #SBATCH --output=.orchestrator/logs/benchmark@pydoc-base-device_cfg4-%j.log
 # Values are single-quoted on purpose: a '$' in them must never expand (SC2016);

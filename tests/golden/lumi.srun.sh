@@ -85,14 +85,16 @@ for attempt in $(seq 0 3); do
     --job-name=benchmark@pydoc-base-device_cfg4 \
     --account=project_465000858 \
     --partition=standard-g \
+    --reservation=lumi_course \
     --time=01:00:00 \
     --nodes=2 \
     --ntasks-per-node=8 \
     --gpus-per-node=8 \
     --cpus-per-task=7 \
-    --mem=480G \
+    --mem=400G \
     --exclusive \
     --signal=USR1@90 \
+    --mail-type=END \
     --open-mode=append \
     --output=.orchestrator/logs/benchmark@pydoc-base-device_cfg4-%j.log \
     --kill-on-bad-exit=1 \

@@ -38,7 +38,7 @@ stages:
     cmd: >-
       orchestrator run
       -N ${item.device_cfg.num_nodes}
-      -G ${item.device_cfg.num_gpus}
+      --gpus-per-node ${item.device_cfg.num_gpus}
       -t 24:00:00
       --account project_465000858
       --partition standard-g

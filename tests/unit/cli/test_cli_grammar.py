@@ -65,8 +65,9 @@ def test_a_short_flag_means_one_thing_across_the_cli():
 
 def test_run_keeps_slurms_short_flags():
     (run,) = [c for name, c in commands() if name == "run"]
-    slurm = {"-c": "--cpus", "-N": "--nodes", "-G": "--gpus-per-node", "-t": "--time", "-p": "--partition", "-A": "--account"}
-    assert {s: shorts(run).get(s) for s in slurm} == slurm
+    assert {s: shorts(run).get(s) for s in SLURM_SHORTS} == SLURM_SHORTS
+    # Slurm has no short form of --gpus-per-node: -G is its --gpus, the GPUs of the whole job.
+    assert "--gpus-per-node" not in shorts(run).values() and "--gpus" in longs(run)
 
 
 @pytest.mark.parametrize(("argv", "said"), [(["status", "-c", "lumi"], "-c is now --cluster"), (["submit", "-f"], "-f is now --force")])
@@ -110,7 +111,16 @@ def test_sweep_with_changes_needs_remote(tmp_path, monkeypatch):
 
 
 # Slurm's short flags (sbatch/srun), which `run` mirrors: no command may give them another meaning.
-SLURM_SHORTS = {"-c": "--cpus", "-N": "--nodes", "-G": "--gpus-per-node", "-t": "--time", "-p": "--partition", "-A": "--account"}
+SLURM_SHORTS = {
+    "-c": "--cpus",
+    "-N": "--nodes",
+    "-G": "-G",  # Slurm's --gpus; an option of its own for a release (runargs: it meant per node before)
+    "-t": "--time",
+    "-p": "--partition",
+    "-A": "--account",
+    "-q": "--qos",
+    "-C": "--constraint",
+}
 
 
 def test_no_short_flag_contradicts_slurms_habits():

@@ -424,3 +424,22 @@ def test_submit_mends_a_cut_dvc_lock_once_the_profile_takes_jobs_and_not_before(
     rows, lines = submit(root, slurm)
     assert lines[0].startswith(f"{root / 'dvc.lock'} could not be read") and "put back the last readable copy" in lines[0], lines
     assert (root / "dvc.lock").read_text() == whole and len(slurm.sbatch_calls()) == 4
+
+
+def test_submit_warns_once_per_kind_of_item_billed_for_gpus_it_does_not_use(tmp_path, monkeypatch):
+    """The testbed's nodes, billed whole as a site bills them (a profile file with site.billing)."""
+    from orchestrator.config import profile
+
+    text = (profile.BUILTIN_DIR / "testbed.yaml").read_text().replace("processes_on: cpu", "processes_on: gpu")
+    billed = tmp_path / "billed.yaml"
+    billed.write_text(text + "site:\n  billing: {unit: node-hours, per_node_hour: 1, source: a test}\n")
+    params = {"orchestrator": {"cluster": str(billed), "account": ACCOUNT}}
+    stages = {"train": {"matrix": {"seed": [1, 2, 3]}, "cmd": "orchestrator run --gpus-per-node 1 -- python t.py ${item.seed}"}}
+    project = make_project(tmp_path / "p", dvc_yaml=yaml.safe_dump({"stages": stages}), params_yaml=yaml.safe_dump(params))
+    monkeypatch.chdir(project)
+    _, lines = submit(project, FakeSlurm())
+    warned = [line for line in lines if line.startswith("warning:")]
+    assert warned == [
+        "warning: train@1, train@2, train@3: billed for 4 GPUs (a whole node of debug: 1 node-hours/h), uses 1: "
+        "ask for 4 GPUs per node (--gpus-per-node 4)"
+    ]

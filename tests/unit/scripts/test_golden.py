@@ -1,6 +1,8 @@
 """Golden scripts: one per cluster profile and script form, compared byte for byte, a CPU job
 (`orchestrator run --cpus N`: a shard of corpus preparation) on lumi, testbed and local, and
-local's job staged as a cluster stages it (params' orchestrator.stage_locally).
+local's job staged as a cluster stages it (params' orchestrator.stage_locally). The jobs on
+LUMI, JUWELS Booster and Frontier make requests of their own (memory, QOS, reservation,
+constraint, sbatch options), the stage's and the project's.
 
 A template or plan change that alters a script fails here. If the change is
 intended, update the goldens and review their diff like code:
@@ -15,6 +17,7 @@ from orchestrator.config import params, profile
 from orchestrator.pipeline.runargs import JobSpec
 from orchestrator.scripts import render
 from orchestrator.scripts.plan import make_plan
+from orchestrator.slurm.requests import Requests
 
 GOLDEN = ROOT / "tests" / "golden"
 
@@ -24,6 +27,14 @@ ACCOUNTS = {
     "frontier": "abc123",
     "juwels-booster": "exalab",
     "generic-nvidia": "myproject",
+}
+
+
+# (the stage's requests: `orchestrator run --mem ...`; the project's: params.yaml's orchestrator.*)
+REQUESTS = {
+    "lumi": (Requests(mem="400G", sbatch_options=("--mail-type=END",)), {"reservation": "lumi_course"}),
+    "juwels-booster": (Requests(qos="normal"), {"mem": "400G", "sbatch_options": ("--mail-type=FAIL",)}),
+    "frontier": (Requests(constraint="nvme", sbatch_options=("--licenses=scratch:1",)), {"mem_per_cpu": "2G"}),
 }
 
 
@@ -44,13 +55,15 @@ def golden_plan(name, form, **settings_kw):
     p = profile.load(name)
     nodes = 2 if p.profile.uses_slurm else 1
     devices = p.profile.node.gpus or p.profile.node.cores
+    stage, project = REQUESTS.get(name, (Requests(), {}))
     spec = JobSpec(
         command=("python", "-m", "experiments.classify", "--devices", str(devices), "--num-nodes", str(nodes), "--output", "results/a b"),
         nodes=nodes,
         gpus_per_node=devices,
         binds=("/data/sets",) if p.profile.container.runtime else (),
+        requests=stage,
     )
-    settings = params.Settings(account=ACCOUNTS.get(name), image="site" if p.profile.container.runtime else None, **settings_kw)
+    settings = params.Settings(account=ACCOUNTS.get(name), image="site" if p.profile.container.runtime else None, **project, **settings_kw)
     # The item's deps and outs: the sbatch form of a profile with fast storage stages them.
     inputs, outputs = ("experiments", "params.yaml"), ("results/a b/model", "results/a b/metrics.json")
     return make_plan(spec, "benchmark@pydoc-base-device_cfg4", "", p, settings, "/work/project", form, inputs=inputs, outputs=outputs)
