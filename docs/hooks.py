@@ -89,9 +89,9 @@ PLAN_FIELDS = {
     "account": "The account (`None` without Slurm).",
     "partition": "The partition (`None` without Slurm).",
     "time": "The time limit (`None` without Slurm).",
-    "unset": "Variables cleared before launch: those an outer container leaks, and the profile's `environment.unset`.",
+    "unset": "Variables cleared before launch: those an outer container or launcher leaks, and the profile's `environment.unset`.",
     "node_local_dirs": "Variables naming folders made on every node (caches).",
-    "master_addr_suffix": "Appended to the first node's name for rank 0's address (the profile's).",
+    "ranks": "RANK, WORLD_SIZE, MASTER_ADDR and the others, as shell: what each task sets (see Rank environment).",
     "container.runtime": "`apptainer` or `singularity`.",
     "container.image": "The image's path, quoted (`${NAME}` references expand on the node).",
     "binding.cores": "Per task, the cores it is bound to.",
@@ -122,13 +122,19 @@ TASK_VARIABLES = {
     "HIP_VISIBLE_DEVICES": "Empty for a CPU item.",
     "ROCR_VISIBLE_DEVICES": "Empty for a CPU item (ROCr filters whenever it is set, so empty leaves none).",
     "PYTHONPATH": "The code's folder first, so a job runs the project's code, not an image's copy.",
-    "MASTER_ADDR": "Rank 0's address on the interconnect (profiles with `master_addr_suffix`).",
+    "RANK": "The task's global rank (Slurm's `SLURM_PROCID`; locally, the process's number).",
+    "LOCAL_RANK": "The task's rank on its node (`SLURM_LOCALID`): the GPU it should use.",
+    "WORLD_SIZE": "Tasks in the job (`SLURM_NTASKS`).",
+    "LOCAL_WORLD_SIZE": "Tasks on the node (`SLURM_NTASKS_PER_NODE`).",
+    "NODE_RANK": "The node's rank in the job (`SLURM_NODEID`).",
+    "MASTER_ADDR": "Rank 0's node: the first of the job's nodes, plus the profile's `master_addr_suffix`; `127.0.0.1` locally.",
+    "MASTER_PORT": "Rank 0's port: 15000 plus the job id's last 4 digits, as Lightning's; locally, a free one per run.",
 }
 TEMPLATES = {
     "_common.sh.j2": "Macros every job form shares: the header, environment hygiene, the task function, staging, the job step.",
     "sbatch.sh.j2": "A batch job (`sbatch`): `#SBATCH` directives, then one `srun` step of the task function.",
     "srun.sh.j2": "The blocking form: `srun` allocates and runs every task, and returns its exit status.",
-    "local.sh.j2": "No scheduler: the task function runs on this machine, its output teed to the log.",
+    "local.sh.j2": "No scheduler: one process of the task function per device on this machine, each with its rank, output teed to the log.",
     "array.sh.j2": "A job array: task i runs item i's own script, frozen under a name made from its content.",
     "record.sh.j2": "The recording job of a detached `submit` or `sweep`: records results, submits the next wave, runs `dvc repro`.",
     "container_build.sh.j2": "`container build --on-cluster`: builds the image in a job, where the jobs read it.",
@@ -455,7 +461,11 @@ def _template_users() -> dict[str, list[str]]:
 def task_variables() -> str:
     exported: dict[str, set[str]] = {}
     for golden in sorted((ROOT / "tests/golden").glob("*.sh")):
-        for name in re.findall(r"^\s*export ([A-Z_][A-Z0-9_]*)=", golden.read_text(), re.MULTILINE):
+        text = golden.read_text()
+        names = re.findall(r"^\s*export ([A-Z_][A-Z0-9_]*)=", text, re.MULTILINE)
+        # Set first, then exported by name (the rank variables: `export RANK LOCAL_RANK ...`).
+        names += [n for line in re.findall(r"^\s*export ((?:[A-Z_][A-Z0-9_]* ?)+)$", text, re.MULTILINE) for n in line.split()]
+        for name in names:
             exported.setdefault(name, set()).add(golden.name)
     site = {n for n in exported if not n.startswith("ORCH_") and n not in TASK_VARIABLES}
     unknown = sorted(n for n in exported if n.startswith("ORCH_") and n not in TASK_VARIABLES)

@@ -41,7 +41,7 @@ MARK_BY_FIXTURE = {"slurm_testbed": "slurm", "apptainer": "apptainer", "ci_image
 # the testbed's work, the block included, ends minutes before the CPU-bound tests without a daemon
 # do: with three (~17 minutes each) the block ran last of everything, on a machine gone idle.
 TESTBED_GROUPS = {
-    "slurm": frozenset({"test_slurm_testbed.py", "test_report_two_clusters_testbed.py"}),
+    "slurm": frozenset({"test_slurm_testbed.py", "test_report_two_clusters_testbed.py", "test_ranks_testbed.py"}),
     "slurm-2": frozenset(
         {
             "test_docs_commands_testbed.py", "test_limits_testbed.py", "test_remote_submit.py", "test_container_jobs.py",

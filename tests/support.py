@@ -591,6 +591,26 @@ def write_operators(path: Path, rows: dict[str, tuple[float, float]], steps: int
     return path
 
 
+# --- the rank environment (docs/reference/ranks.md) ------------------------------------------
+
+DDP_EXAMPLE = ROOT / "docs/reference/ddp_allreduce.py"
+
+
+def ddp_project(root: Path, cluster: str, nodes: int, gpus: int) -> Path:
+    """A project whose one stage runs the ranks page's plain torch.distributed example on ``cluster``."""
+    params = {"orchestrator": {"cluster": cluster, "account": ACCOUNT}}
+    cmd = f"orchestrator run -N {nodes} -G {gpus} -- python ddp_allreduce.py out"
+    stages = {"ddp": {"cmd": cmd, "deps": ["ddp_allreduce.py"], "outs": [{"out": {"persist": True}}]}}
+    project = make_project(root, dvc_yaml=yaml.safe_dump({"stages": stages}), params_yaml=yaml.safe_dump(params))
+    shutil.copy(DDP_EXAMPLE, project / "ddp_allreduce.py")
+    return project
+
+
+def ddp_ranks(project: Path) -> list[dict]:
+    """What each process of :func:`ddp_project`'s job saw, by rank."""
+    return [json.loads(path.read_text()) for path in sorted((project / "out").glob("rank-*.json"), key=lambda p: int(p.stem[5:]))]
+
+
 # --- the Slurm testbed -----------------------------------------------------------------------
 
 

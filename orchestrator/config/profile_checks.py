@@ -10,7 +10,16 @@ from __future__ import annotations
 import re
 
 from orchestrator.config import binding
-from orchestrator.config.profile_schema import LOGIN_ROOT_VARIABLES, REQUEUE_SIGNAL, Billing, Login, Node, Partition, Profile
+from orchestrator.config.profile_schema import (
+    LOGIN_ROOT_VARIABLES,
+    RANK_VARIABLES,
+    REQUEUE_SIGNAL,
+    Billing,
+    Login,
+    Node,
+    Partition,
+    Profile,
+)
 from orchestrator.slurm import requests, times
 from orchestrator.util import patterns
 
@@ -242,6 +251,13 @@ def _environment_problems(p: Profile) -> list[str]:
             found.append(
                 f"environment.variables.{name}: looks like a secret, and a profile's values are written into every script: list it in "
                 "params.yaml's orchestrator.secrets instead (passed by name)"
+            )
+    for name in e.variables:
+        if name in RANK_VARIABLES:
+            found.append(
+                f"environment.variables.{name}: set by the orchestrator in every task, from Slurm's own variables "
+                f"({', '.join(RANK_VARIABLES)}; docs/reference/ranks.md): leave it out"
+                + (" (rank 0's address on another network: environment.master_addr_suffix)" if name == "MASTER_ADDR" else "")
             )
     if e.master_addr_suffix and not re.fullmatch(r"[A-Za-z0-9.-]+", e.master_addr_suffix):
         found.append(f"environment.master_addr_suffix {e.master_addr_suffix!r}: expected host name characters (letters, digits, '.', '-')")

@@ -25,6 +25,9 @@ LEAKED_CONTAINER_VARS = tuple(
     for prefix in ("APPTAINER", "SINGULARITY")
     for name in ("BIND", "BINDPATH", "CONTAINER", "NAME", "ENVIRONMENT", "COMMAND", "APPNAME")
 )
+# Each task's place in its job, set per task by the script (orchestrator.scripts.ranks) under the
+# names torch.distributed, torchrun and the frameworks on them read: never a profile's to set.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 # scheduler.requeue_signal: [SIG]NAME@SECONDS, as sbatch --signal takes it without B:
 REQUEUE_SIGNAL = re.compile(r"(SIG)?([A-Z0-9]+)@(\d+)")
 

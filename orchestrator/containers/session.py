@@ -97,8 +97,8 @@ def session_plan(ws: Workspace, sif: Path, command: Sequence[str], binds: Sequen
     problems = [q for q in plan.problems if "container" in q]
     if problems:
         raise ContainerError(f"cannot run image {sif.name} as a job of profile {p.name!r} would: {'; '.join(problems)}")
-    # What needs a Slurm step: the requeue trap, rank 0's address from the node list.
-    return dataclasses.replace(plan, max_requeues=0, master_addr_suffix="")
+    # What needs a Slurm step (or the local script's launcher): the requeue trap, the ranks.
+    return dataclasses.replace(plan, max_requeues=0, ranks=())
 
 
 def working_dir(root: Path) -> str:

@@ -25,7 +25,7 @@ from orchestrator.config import binding
 from orchestrator.config.params import Settings
 from orchestrator.config.profile_schema import LEAKED_CONTAINER_VARS, LoadedProfile, Partition, Profile
 from orchestrator.pipeline.runargs import JobSpec
-from orchestrator.scripts import costs, devices, partitions, quoting
+from orchestrator.scripts import costs, devices, partitions, quoting, ranks
 from orchestrator.scripts.container_exec import ContainerExec, container_exec
 from orchestrator.scripts.devices import Accelerator, Devices
 from orchestrator.scripts.directives import request_problems, scheduler_args, step_args
@@ -88,7 +88,7 @@ class Plan:
     unset: tuple[str, ...]
     env: tuple[tuple[str, Shell], ...]  # exported in every task
     node_local_dirs: tuple[str, ...]
-    master_addr_suffix: str
+    ranks: tuple[tuple[str, Shell], ...]  # RANK, WORLD_SIZE, MASTER_ADDR...: set in each task (scripts.ranks)
     max_requeues: int  # 0: no requeue protocol (local form, or no requeue signal)
     secrets: tuple[str, ...]  # environment variables the tasks need, passed by name only
     container: ContainerExec | None
@@ -204,10 +204,10 @@ def make_plan(
         time=place.time if p.uses_slurm else None,
         scheduler_args=sched,
         step_args=shared(step_args(job.cpus, cpus_per_task, bound, whole_node) if p.uses_slurm else ()),
-        unset=shared(LEAKED_CONTAINER_VARS + tuple(v for v in p.environment.unset if v not in LEAKED_CONTAINER_VARS)),
+        unset=shared(_unset(p)),
         env=env,
         node_local_dirs=shared(p.environment.node_local_dirs + compile_caches(p)),
-        master_addr_suffix=p.environment.master_addr_suffix,
+        ranks=shared(ranks.slurm(p.environment.master_addr_suffix) if p.uses_slurm else ranks.local(place.tasks)),
         max_requeues=p.scheduler.max_requeues if p.uses_slurm and p.requeue_signal_name else 0,
         secrets=settings.secrets,
         container=shared(container),
@@ -299,6 +299,12 @@ def _directives(
         if not safe.fullmatch(arg):
             problems.append(f"{arg!r} has characters a Slurm directive cannot carry (allowed: letters, digits and ._@%:/+=,-)")
     return sched
+
+
+def _unset(p: Profile) -> tuple[str, ...]:
+    """What the script clears first: what an outer container or launcher leaks, and the profile's own."""
+    leaked = LEAKED_CONTAINER_VARS + ranks.LEAKED_LAUNCHER_VARS
+    return leaked + tuple(v for v in p.environment.unset if v not in leaked)
 
 
 def _secret_problems(settings: Settings) -> list[str]:

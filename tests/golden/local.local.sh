@@ -7,12 +7,12 @@
 # Do not edit: change dvc.yaml, params.yaml or the profile and run `orchestrator render`.
 # Run by hand from the workspace:
 #   cd /work/project && mkdir -p .orchestrator/logs && bash <this script>
-# Local form: no scheduler; Lightning starts one process per device itself.
+# Local form: no scheduler; one process per device asked for (2), started as srun starts a job's tasks.
 
 set -euo pipefail
 # Variables leaked from an outer container (a python inside a SIF sets them for
 # everything it starts) would bind or override paths in ours: clear them.
-unset APPTAINER_BIND APPTAINER_BINDPATH APPTAINER_CONTAINER APPTAINER_NAME APPTAINER_ENVIRONMENT APPTAINER_COMMAND APPTAINER_APPNAME SINGULARITY_BIND SINGULARITY_BINDPATH SINGULARITY_CONTAINER SINGULARITY_NAME SINGULARITY_ENVIRONMENT SINGULARITY_COMMAND SINGULARITY_APPNAME
+unset APPTAINER_BIND APPTAINER_BINDPATH APPTAINER_CONTAINER APPTAINER_NAME APPTAINER_ENVIRONMENT APPTAINER_COMMAND APPTAINER_APPNAME SINGULARITY_BIND SINGULARITY_BINDPATH SINGULARITY_CONTAINER SINGULARITY_NAME SINGULARITY_ENVIRONMENT SINGULARITY_COMMAND SINGULARITY_APPNAME TORCHELASTIC_RUN_ID GROUP_RANK
 cd /work/project
 mkdir -p .orchestrator/logs
 
@@ -31,8 +31,50 @@ orch_task() {
   export TRITON_CACHE_DIR="/tmp/${USER}-torch-compile"/triton
   mkdir -p -- "$TORCHINDUCTOR_CACHE_DIR"
   mkdir -p -- "$TRITON_CACHE_DIR"
+  # This task's place in the job under the names torch.distributed, torchrun, Accelerate and
+  # DeepSpeed read, from the launcher below.
+  RANK="$orch_rank"
+  LOCAL_RANK="$orch_rank"
+  WORLD_SIZE=2
+  LOCAL_WORLD_SIZE=2
+  NODE_RANK=0
+  MASTER_ADDR=127.0.0.1
+  MASTER_PORT="$orch_port"
+  export RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT
   cd /work/project
   exec python -m experiments.classify --devices 2 --num-nodes 1 --output 'results/a b'
 }
 
-orch_task 2>&1 | tee -a .orchestrator/logs/benchmark@pydoc-base-device_cfg4-local.log
+# Starts the job's processes, each with its rank (orch_rank), all with one port (orch_port).
+# A stop (Ctrl-C, a kill) reaches every one; the first to fail stops the others, as srun's
+# --kill-on-bad-exit does (a rank left waiting in a collective would hang), and its status is the job's.
+orch_launch() {
+  local orch_rank orch_port pid status rc=0 pids=() left=()
+  # This run's own port, from the script's process id, past any that something here listens on
+  # (bash's /dev/tcp connects only to a port in use). Two runs at once get different ones.
+  orch_port=$((15000 + $$ % 10000))
+  while (exec 3<>"/dev/tcp/127.0.0.1/$orch_port") 2>/dev/null; do orch_port=$((orch_port + 1)); done
+  for orch_rank in $(seq 0 1); do
+    orch_task &
+    pids+=("$!")
+  done
+  trap 'kill -TERM "${pids[@]}" 2>/dev/null || true' INT TERM HUP
+  # Polled, not `wait -n`: that is bash 4.3's, and macOS still ships bash 3.2.
+  while [ "${#pids[@]}" -gt 0 ]; do
+    left=()
+    for pid in "${pids[@]}"; do
+      if kill -0 "$pid" 2>/dev/null; then left+=("$pid"); continue; fi
+      status=0
+      wait "$pid" || status=$?
+      if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
+        rc="$status"
+        kill -TERM "${pids[@]}" 2>/dev/null || true
+      fi
+    done
+    pids=(${left[@]+"${left[@]}"})
+    if [ "${#pids[@]}" -gt 0 ]; then sleep 1; fi
+  done
+  return "$rc"
+}
+
+orch_launch 2>&1 | tee -a .orchestrator/logs/benchmark@pydoc-base-device_cfg4-local.log

@@ -24,7 +24,7 @@
 set -euo pipefail
 # Variables leaked from an outer container (a python inside a SIF sets them for
 # everything it starts) would bind or override paths in ours: clear them.
-unset APPTAINER_BIND APPTAINER_BINDPATH APPTAINER_CONTAINER APPTAINER_NAME APPTAINER_ENVIRONMENT APPTAINER_COMMAND APPTAINER_APPNAME SINGULARITY_BIND SINGULARITY_BINDPATH SINGULARITY_CONTAINER SINGULARITY_NAME SINGULARITY_ENVIRONMENT SINGULARITY_COMMAND SINGULARITY_APPNAME
+unset APPTAINER_BIND APPTAINER_BINDPATH APPTAINER_CONTAINER APPTAINER_NAME APPTAINER_ENVIRONMENT APPTAINER_COMMAND APPTAINER_APPNAME SINGULARITY_BIND SINGULARITY_BINDPATH SINGULARITY_CONTAINER SINGULARITY_NAME SINGULARITY_ENVIRONMENT SINGULARITY_COMMAND SINGULARITY_APPNAME TORCHELASTIC_RUN_ID GROUP_RANK
 cd /work/project
 mkdir -p .orchestrator/logs
 
@@ -53,6 +53,16 @@ orch_task() {
   # Ignored until the training installs its own handler: an early requeue signal
   # must not kill a task that is still starting (ignoring survives exec).
   trap '' "$ORCH_REQUEUE_SIGNAL"
+  # This task's place in the job under the names torch.distributed, torchrun, Accelerate and
+  # DeepSpeed read, from Slurm's own; set here, outside the container, where scontrol is.
+  RANK="$SLURM_PROCID"
+  LOCAL_RANK="$SLURM_LOCALID"
+  WORLD_SIZE="$SLURM_NTASKS"
+  LOCAL_WORLD_SIZE="${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%[(,]*}}"
+  NODE_RANK="$SLURM_NODEID"
+  MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+  MASTER_PORT="$((15000 + SLURM_JOB_ID % 10000))"
+  export RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT
   cd "$ORCH_STAGE"
   exec python -m experiments.classify --devices 4 --num-nodes 2 --output 'results/a b'
 }

@@ -1,7 +1,7 @@
 """Jobs inside the image on the real testbed: every task in `apptainer exec`, with
-container variables leaked into the launching environment, Slurm's rank variables
-reaching Lightning, and the job's code (the image holds none) imported from its staged
-copy of the workspace, first on PYTHONPATH."""
+container and torchrun variables leaked into the launching environment, Slurm's rank variables
+reaching Lightning and torch.distributed's (RANK, WORLD_SIZE, ...) the task, and the job's code
+(the image holds none) imported from its staged copy of the workspace, first on PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from orchestrator.scripts.job_environment import workspace_tag
 pytestmark = [pytest.mark.slurm, pytest.mark.apptainer]
 
 LEAKED = {"SINGULARITY_BIND": "/leaked/singularity/path", "APPTAINER_BIND": "/leaked/apptainer/path", "APPTAINER_BINDPATH": "/leaked/too"}
+# A torchrun's, from the shell the job was submitted in: Lightning would pick TorchElasticEnvironment.
+LEAKED |= {"TORCHELASTIC_RUN_ID": "leaked", "GROUP_RANK": "0"}
 PROBE = """\
 import json, os, sys
 out = sys.argv[1]
@@ -33,6 +35,8 @@ mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
 keys = (
     "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_JOB_ID",
     "APPTAINER_CONTAINER", "APPTAINER_BIND", "SINGULARITY_BIND", "PYTHONPATH",
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID", "GROUP_RANK",
 )
 record = {k: os.environ.get(k) for k in keys}
 record["mounts"] = mounts
@@ -83,6 +87,11 @@ def test_tasks_run_in_the_image_with_declared_binds_and_rank_variables(slurm_tes
     for r in ranks:
         assert r["APPTAINER_CONTAINER"] == str(ci_image)  # really inside the image
         assert r["SLURM_NTASKS"] == "4" and r["SLURM_JOB_ID"]
+        # torch.distributed's names, set outside the image from Slurm's and passed in; the torchrun ones cleared.
+        assert (r["RANK"], r["LOCAL_RANK"], r["NODE_RANK"]) == (r["SLURM_PROCID"], r["SLURM_LOCALID"], r["SLURM_NODEID"])
+        assert (r["WORLD_SIZE"], r["LOCAL_WORLD_SIZE"], r["MASTER_ADDR"]) == ("4", "2", "node1")
+        assert r["MASTER_PORT"] == str(15000 + int(r["SLURM_JOB_ID"]) % 10000)
+        assert r["TORCHELASTIC_RUN_ID"] is None and r["GROUP_RANK"] is None
         assert workspace in r["mounts"] and any(m.startswith(str(fast)) for m in r["mounts"])
         assert not any(m.startswith("/leaked") for m in r["mounts"])  # the leaked binds were cleared
         # Apptainer tells the task what it bound: exactly the declared binds (the

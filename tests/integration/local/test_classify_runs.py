@@ -1,7 +1,7 @@
 """Real runs of `python -m experiments.classify` on CPU, in fresh processes: one device, the same
 again, a bad model name; and two DDP processes, as the shipped pipeline's 1x2 item started them
-(conftest.shipped_pipeline: `dvc repro` -> `orchestrator run` -> the same command, whose Lightning
-starts the second process itself, as it does run by hand)."""
+(conftest.shipped_pipeline: `dvc repro` -> `orchestrator run` -> the local script, which starts the
+command twice, each with its RANK and LOCAL_RANK, so Lightning starts no process itself)."""
 
 from __future__ import annotations
 

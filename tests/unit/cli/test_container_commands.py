@@ -171,7 +171,7 @@ def test_a_profile_runtime_and_its_setup_are_used(built, monkeypatch):
     assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
     assert "exec singularity exec" in script and '--bind "/pfs"' in script and "bash -c '$WITH_CONDA; exec \"$@\"' orch-task" in script
     assert f"export SLURM_JOB_ACCOUNT={ACCOUNT}" in script and "export SLURM_NODEID=0" in script  # outside a job
-    assert "scontrol" not in script and "trap ''" not in script  # what needs a Slurm step is left out
+    assert "scontrol" not in script and "trap ''" not in script and "RANK=" not in script  # what needs a Slurm step is left out
     assert script.rstrip().endswith("orch_task")
 
 

@@ -127,7 +127,7 @@ def fake_gpus(folder: Path, count: int) -> dict[str, str]:
 
 def exported(script: Path) -> dict[str, str]:
     lines = [line.strip()[len("export ") :] for line in script.read_text().splitlines() if line.strip().startswith("export ")]
-    return dict(line.split("=", 1) for line in lines)
+    return dict(line.split("=", 1) for line in lines if "=" in line)  # not `export RANK LOCAL_RANK ...`
 
 
 @pytest.mark.parametrize(("gpus", "expected"), [(0, "cpu"), (1, "cpu"), (2, "gpu")])
