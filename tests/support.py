@@ -599,7 +599,7 @@ DDP_EXAMPLE = ROOT / "docs/reference/ddp_allreduce.py"
 def ddp_project(root: Path, cluster: str, nodes: int, gpus: int) -> Path:
     """A project whose one stage runs the ranks page's plain torch.distributed example on ``cluster``."""
     params = {"orchestrator": {"cluster": cluster, "account": ACCOUNT}}
-    cmd = f"orchestrator run -N {nodes} -G {gpus} -- python ddp_allreduce.py out"
+    cmd = f"orchestrator run -N {nodes} --gpus-per-node {gpus} -- python ddp_allreduce.py out"
     stages = {"ddp": {"cmd": cmd, "deps": ["ddp_allreduce.py"], "outs": [{"out": {"persist": True}}]}}
     project = make_project(root, dvc_yaml=yaml.safe_dump({"stages": stages}), params_yaml=yaml.safe_dump(params))
     shutil.copy(DDP_EXAMPLE, project / "ddp_allreduce.py")

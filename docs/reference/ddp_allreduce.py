@@ -1,7 +1,7 @@
 """Plain torch.distributed, no Lightning: each process joins the job's process group from the
 environment the orchestrator sets, sums a number across all of them and writes what it saw.
 
-Run as a stage: orchestrator run -N 2 -G 2 -- python ddp_allreduce.py out
+Run as a stage: orchestrator run -N 2 --gpus-per-node 2 -- python ddp_allreduce.py out
 """
 
 import json
