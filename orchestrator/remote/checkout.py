@@ -385,11 +385,7 @@ def _read(path: Path) -> str | None:
 
 
 def _restore(root: Path, saved: dict[str, str | None]) -> None:
-    for path, text in saved.items():
-        if text is None:
-            (root / path).unlink(missing_ok=True)
-        else:
-            (root / path).write_text(text)
+    _put_back(root, {path: None if text is None else text.encode() for path, text in saved.items()})
 
 
 def describe(outcome: CheckoutOutcome) -> Sequence[str]:

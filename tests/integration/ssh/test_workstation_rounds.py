@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import ACCOUNT, GIT_ENV, jobs_of
+from support import ACCOUNT, GIT_ENV, ROOT, jobs_of
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slurm, pytest.mark.slow]
 
@@ -37,25 +38,9 @@ os.makedirs(f"out/{{lr}}", exist_ok=True)
 with open(f"out/{{lr}}/metrics.json", "w") as f:
     json.dump({{"lr": lr, "seed": seed, "score": round(1 - lr + seed / 100, 3)}}, f)
 """
-# docs/get-started/my-project.sh's pipeline: metrics and provenance in git (cache: false), so the
-# workstation tracks results once fetched and every later run there rewrites tracked files.
-PIPELINE = """\
-stages:
-  train:
-    matrix:
-      lr: ${train.lrs}
-    cmd: orchestrator run -- python3 train.py ${item.lr} ${train.seed}
-    deps: [train.py]
-    params: [orchestrator.cluster, train.seed]
-    metrics:
-      - out/${item.lr}/metrics.json:
-          cache: false
-          persist: true
-    outs:
-      - out/${item.lr}/provenance.json:
-          cache: false
-          persist: true
-"""
+# docs/get-started/my-project.sh's pipeline, as the page writes it: metrics and provenance in git (cache:
+# false), so the workstation tracks results once fetched and every later run there rewrites tracked files.
+PIPELINE = re.search(r"cat > dvc.yaml <<'YAML'\n(.*?)^YAML$", (ROOT / "docs/get-started/my-project.sh").read_text(), re.S | re.M)[1]
 
 
 class Workstation:
