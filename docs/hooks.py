@@ -464,7 +464,11 @@ def task_variables() -> str:
         text = golden.read_text()
         names = re.findall(r"^\s*export ([A-Z_][A-Z0-9_]*)=", text, re.MULTILINE)
         # Set first, then exported by name (the rank variables: `export RANK LOCAL_RANK ...`).
-        names += [n for line in re.findall(r"^\s*export ((?:[A-Z_][A-Z0-9_]* ?)+)$", text, re.MULTILINE) for n in line.split()]
+        # One way to split the names only (a name, then space and name): `(?:NAME ?)+` backtracked
+        # exponentially on every `export NAME=...` line, minutes of a docs build.
+        names += [
+            n for line in re.findall(r"^\s*export ([A-Z_][A-Z0-9_]*(?: [A-Z_][A-Z0-9_]*)*)$", text, re.MULTILINE) for n in line.split()
+        ]
         for name in names:
             exported.setdefault(name, set()).add(golden.name)
     site = {n for n in exported if not n.startswith("ORCH_") and n not in TASK_VARIABLES}

@@ -501,9 +501,11 @@ printf '%s\\0' "{name}" "$@" > "$RECORD_DIR/$n.{name}.argv"
 {action}
 """
 ACTIONS = {
-    # srun: run the task (the trailing `bash -c orch_task`) as rank 0 of node 0.
+    # srun: run the task (the trailing `bash -c orch_task`) as rank 0 of node 0, of one task, with the
+    # variables srun gives every task (the job's script reads them under `set -u`).
     "srun": (
-        'export SLURM_NODEID=0 SLURM_LOCALID=0 SLURM_PROCID=0 SLURM_JOB_ACCOUNT=project_465000858 SLURM_JOB_NODELIST=node1\nexec "${@: -3}"'
+        "export SLURM_NODEID=0 SLURM_LOCALID=0 SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_NTASKS_PER_NODE=1 "
+        'SLURM_JOB_ID="${SLURM_JOB_ID:-1}" SLURM_JOB_ACCOUNT=project_465000858 SLURM_JOB_NODELIST=node1\nexec "${@: -3}"'
     ),
     # the container runtime: run what follows the image, as apptainer would inside it.
     "apptainer": 'while [ $# -gt 0 ] && [[ "$1" != *.sif ]]; do shift; done; shift; exec "$@"',

@@ -209,12 +209,14 @@ def repack(dist: metadata.Distribution, into: Path) -> Path:
     scripts = {ep.name for ep in dist.entry_points if ep.group in ("console_scripts", "gui_scripts")}
     entries: list[tuple[str, bytes, int]] = []  # name in the wheel, content, mode
     for f in files:
+        # Bytecode pip compiled at the install, wherever it went (PYTHONPYCACHEPREFIX puts it outside
+        # site-packages): the install's, not the wheel's.
+        if "__pycache__" in f.parts or f.suffix == ".pyc" or (f.parts[0] == info and f.name in INSTALLER_FILES):
+            continue
         if f.parts[0] == "..":
             if f.name in scripts:  # made at the install from entry_points.txt, which the wheel carries
                 continue
             raise NoWheel(f"it installed {f.as_posix()} outside site-packages (a wheel's data or script), which cannot be put back")
-        if "__pycache__" in f.parts or f.suffix == ".pyc" or (f.parts[0] == info and f.name in INSTALLER_FILES):
-            continue
         path = Path(str(dist.locate_file(f)))
         if f.hash is None or f.hash.mode not in hashlib.algorithms_guaranteed:
             raise NoWheel(f"its RECORD gives {f.as_posix()} no hash to check it against")

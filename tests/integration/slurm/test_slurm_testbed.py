@@ -271,7 +271,7 @@ def test_submit_chains_downstream_items_and_cancel_stops_them(slurm_testbed, tmp
     stages = yaml.safe_load((project / "dvc.yaml").read_text())
     stages["stages"]["after"] = {
         "cmd": "orchestrator run -- python probe.py later",
-        "deps": ["out"],
+        "deps": ["out", "probe.py"],
         "outs": [{"later": {"persist": True}}],
     }
     (project / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
